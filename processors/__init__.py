@@ -1,0 +1,8 @@
+"""The public processor API: subclass `Processor`, receive `Record`s, act through the `Context`."""
+
+from processors.context import Context
+from processors.processor import Processor
+from processors.record import Record
+from processors.serdes import Serde
+
+__all__ = ["Context", "Processor", "Record", "Serde"]

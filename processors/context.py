@@ -1,0 +1,48 @@
+"""What a processor can do besides computing: send records, read its params, schedule punctuations."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+Punctuation = Callable[[], Awaitable[None] | None]
+
+
+class Context(ABC):
+    """Handed to a processor's `init` and `process`; one per task (processor x partition)."""
+
+    @property
+    @abstractmethod
+    def app_id(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def processor_name(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def partition(self) -> int:
+        """The partition number of this task's inputs."""
+
+    @property
+    @abstractmethod
+    def params(self) -> Mapping[str, Any]:
+        """The processor's `params` from the app YAML."""
+
+    @abstractmethod
+    def send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+    ) -> None:
+        """Queue a record for one of the processor's outputs, encoded with the topic's serdes.
+
+        The partition is Kafka's default: murmur2 of the encoded key, as a Java producer picks it.
+        """
+
+    @abstractmethod
+    def schedule(self, every_ms: int, callback: Punctuation) -> None:
+        """Call `callback` every `every_ms` of wall-clock time, between records, never concurrently."""

@@ -1,0 +1,83 @@
+"""Serdes turn keys and values into bytes and back: bytes, str, json, msgpack, or a user class."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from typing import Any, Protocol, runtime_checkable
+
+import msgpack
+
+
+@runtime_checkable
+class Serde(Protocol):
+    def serialize(self, obj: Any) -> bytes: ...
+
+    def deserialize(self, data: bytes) -> Any: ...
+
+
+class BytesSerde:
+    def serialize(self, obj: Any) -> bytes:
+        return bytes(obj)
+
+    def deserialize(self, data: bytes) -> Any:
+        return data
+
+
+class StrSerde:
+    def serialize(self, obj: Any) -> bytes:
+        return str(obj).encode()
+
+    def deserialize(self, data: bytes) -> Any:
+        return data.decode()
+
+
+class JsonSerde:
+    def serialize(self, obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+    def deserialize(self, data: bytes) -> Any:
+        return json.loads(data)
+
+
+class MsgpackSerde:
+    def __init__(self) -> None:
+        self._packer = msgpack.Packer()
+
+    def serialize(self, obj: Any) -> bytes:
+        packed: bytes = self._packer.pack(obj)
+        return packed
+
+    def deserialize(self, data: bytes) -> Any:
+        return msgpack.unpackb(data)
+
+
+BUILTIN_SERDES: dict[str, type[Serde]] = {
+    "bytes": BytesSerde,
+    "str": StrSerde,
+    "json": JsonSerde,
+    "msgpack": MsgpackSerde,
+}
+
+
+def import_object(path: str) -> Any:
+    """Import `package.module:Name` (or `package.module.Name`)."""
+    module_name, _, attribute = path.partition(":") if ":" in path else path.rpartition(".")
+    if not module_name or not attribute:
+        raise ImportError(f"'{path}' is not an import path like 'package.module:Name'")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ImportError(f"module '{module_name}' has no attribute '{attribute}'") from None
+
+
+def resolve_serde(name: str) -> Serde:
+    """A built-in serde by name, or an instance of a user class by import path."""
+    builtin = BUILTIN_SERDES.get(name)
+    if builtin is not None:
+        return builtin()
+    serde = import_object(name)()
+    if not isinstance(serde, Serde):
+        raise TypeError(f"'{name}' has no serialize(obj) and deserialize(data) methods")
+    return serde

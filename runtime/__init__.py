@@ -1,0 +1,1 @@
+"""The engine: CLI, config, workers, consumer loop, actors, outputs, commits and telemetry."""

@@ -1,0 +1,89 @@
+"""Command line: run an app from its YAML, or manage the local development broker."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from runtime.config import AppConfig, ConfigError, load_app
+from runtime.connection import BrokerUnavailable, resolve_bootstrap
+from runtime.devkafka import cli as devkafka_cli
+from runtime.devkafka.jars import DevKafkaError
+from runtime.supervisor import run_workers
+from runtime.worker import Worker, WorkerFailed
+
+log = logging.getLogger("runtime")
+
+EXIT_CONFIG = 2
+EXIT_FAILED = 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m runtime",
+        description="Run a stream-processing app described in YAML "
+        "(or `python -m runtime dev-kafka start|stop|status` for a local broker).",
+    )
+    parser.add_argument("app", type=Path, help="the app's YAML file")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes in the consumer group")
+    parser.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="process the records present at start, commit and exit",
+    )
+    parser.add_argument("--log-level", default=os.environ.get("RUNTIME_LOG_LEVEL", "INFO"))
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "dev-kafka":
+        return devkafka_cli.main(argv[1:])
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    sys.path.insert(0, os.getcwd())
+    try:
+        config = load_app(args.app)
+    except ConfigError as error:
+        print(f"error in {args.app}:\n{_indent(str(error))}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        bootstrap = resolve_bootstrap(config)
+    except DevKafkaError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.workers > 1:
+        return run_workers(args.workers, args.app, bootstrap, args.until_caught_up, args.log_level)
+    return run_worker(config, bootstrap, args.until_caught_up, args.app)
+
+
+def run_worker(config: AppConfig, bootstrap: str, until_caught_up: bool, app_path: Path) -> int:
+    async def serve() -> None:
+        worker = Worker(config, bootstrap, until_caught_up)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, worker.stop)
+        await worker.run()
+
+    try:
+        asyncio.run(serve())
+    except ConfigError as error:
+        print(f"error in {app_path}:\n{_indent(str(error))}", file=sys.stderr)
+        return EXIT_CONFIG
+    except (WorkerFailed, BrokerUnavailable) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"  {line}" for line in text.splitlines())

@@ -1,0 +1,222 @@
+"""The app YAML, validated: every mistake is reported with its path in the file."""
+
+from __future__ import annotations
+
+import os
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from processors.processor import Processor
+from processors.serdes import import_object, resolve_serde
+
+TOPIC_NAME = r"^[a-zA-Z0-9._-]{1,249}$"
+
+
+class ConfigError(Exception):
+    """A problem in the app YAML, already phrased for the user (field path: what was expected)."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Guarantee(StrEnum):
+    AT_MOST_ONCE = "at_most_once"
+    AT_LEAST_ONCE = "at_least_once"
+
+
+class ErrorPolicy(StrEnum):
+    FAIL = "fail"
+    SKIP = "skip"
+    DEAD_LETTER = "dead_letter"
+
+
+class KafkaConfig(Strict):
+    """Connection. The option maps are passed to aiokafka as they are (SASL/SSL included)."""
+
+    bootstrap_servers: str | None = None
+    client: dict[str, Any] = Field(default_factory=dict)
+    consumer: dict[str, Any] = Field(default_factory=dict)
+    producer: dict[str, Any] = Field(default_factory=dict)
+
+
+class TopicConfig(Strict):
+    partitions: int = Field(default=1, ge=1)
+    replication_factor: int = Field(default=1, ge=1)
+    key_serde: str = "msgpack"
+    value_serde: str = "msgpack"
+    cleanup_policy: Literal["delete", "compact", "compact,delete"] = "delete"
+    config: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("key_serde", "value_serde")
+    @classmethod
+    def _serde_exists(cls, name: str) -> str:
+        try:
+            resolve_serde(name)
+        except (ImportError, TypeError) as error:
+            raise ValueError(f"unknown serde '{name}': {error}") from None
+        return name
+
+
+class ProcessorConfig(Strict):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]+$")
+    class_path: str = Field(alias="class")
+    inputs: list[str] = Field(min_length=1)
+    outputs: list[str] = Field(default_factory=list)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("class_path")
+    @classmethod
+    def _class_is_processor(cls, path: str) -> str:
+        try:
+            found = import_object(path)
+        except ImportError as error:
+            raise ValueError(f"cannot import processor class '{path}': {error}") from None
+        if not (isinstance(found, type) and issubclass(found, Processor)):
+            raise ValueError(f"'{path}' is not a subclass of processors.Processor")
+        return path
+
+    def processor_class(self) -> type[Processor]:
+        found: type[Processor] = import_object(self.class_path)
+        return found
+
+
+class QueueConfig(Strict):
+    """Per-task queue bounds, in records: pause the task's partitions at `pause_at`, resume at `resume_at`."""
+
+    pause_at: int = Field(default=2000, ge=1)
+    resume_at: int = Field(default=500, ge=0)
+
+    @model_validator(mode="after")
+    def _resume_below_pause(self) -> QueueConfig:
+        if self.resume_at >= self.pause_at:
+            raise ValueError(f"resume_at ({self.resume_at}) must be below pause_at ({self.pause_at})")
+        return self
+
+
+class ErrorsConfig(Strict):
+    deserialization: ErrorPolicy = ErrorPolicy.FAIL
+    processing: ErrorPolicy = ErrorPolicy.FAIL
+    dead_letter_topic: str | None = Field(default=None, pattern=TOPIC_NAME)
+
+
+class AppConfig(Strict):
+    app_id: str = Field(pattern=r"^[a-zA-Z0-9._-]+$")
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    topics: dict[str, TopicConfig] = Field(default_factory=dict)
+    processors: list[ProcessorConfig] = Field(min_length=1)
+    guarantee: Guarantee = Guarantee.AT_LEAST_ONCE
+    commit_interval_ms: int = Field(default=1000, ge=1)
+    queue: QueueConfig = Field(default_factory=QueueConfig)
+    errors: ErrorsConfig = Field(default_factory=ErrorsConfig)
+    create_topics: bool = True
+    shutdown_timeout_s: float = Field(default=30.0, gt=0)
+
+    @field_validator("topics")
+    @classmethod
+    def _topic_names(cls, topics: dict[str, TopicConfig]) -> dict[str, TopicConfig]:
+        for name in topics:
+            if not re.match(TOPIC_NAME, name):
+                raise ValueError(f"'{name}' is not a valid Kafka topic name")
+        return topics
+
+    @model_validator(mode="after")
+    def _references(self) -> AppConfig:
+        names = [p.name for p in self.processors]
+        for index, processor in enumerate(self.processors):
+            if names.count(processor.name) > 1:
+                raise ValueError(f"processors[{index}].name: '{processor.name}' is used twice")
+            for field_name in ("inputs", "outputs"):
+                for topic in getattr(processor, field_name):
+                    if topic not in self.topics:
+                        raise ValueError(
+                            f"processors[{index}].{field_name}: topic '{topic}' is not declared under topics"
+                        )
+            counts = {topic: self.topics[topic].partitions for topic in processor.inputs}
+            if len(set(counts.values())) > 1:
+                raise ValueError(
+                    f"processors[{index}].inputs: inputs of one processor must be co-partitioned "
+                    f"(same number of partitions), got {counts}"
+                )
+        needs_dead_letters = ErrorPolicy.DEAD_LETTER in (self.errors.deserialization, self.errors.processing)
+        if needs_dead_letters and self.dead_letter_topic not in self.topics:
+            # The dead-letter topic always exists as bytes, whatever the app's serdes are.
+            self.topics[self.dead_letter_topic] = TopicConfig(key_serde="bytes", value_serde="bytes")
+        return self
+
+    @property
+    def dead_letter_topic(self) -> str:
+        return self.errors.dead_letter_topic or f"{self.app_id}-dead-letters"
+
+    def input_topics(self) -> list[str]:
+        return sorted({topic for processor in self.processors for topic in processor.inputs})
+
+
+ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _expand_env(node: Any, path: str) -> Any:
+    """Replace `${NAME}` / `${NAME:-default}` in strings, so secrets can stay out of the file."""
+    if isinstance(node, dict):
+        return {key: _expand_env(value, f"{path}.{key}" if path else str(key)) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_expand_env(value, f"{path}[{index}]") for index, value in enumerate(node)]
+    if isinstance(node, str):
+
+        def substitute(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            value = os.environ.get(name, default)
+            if value is None:
+                raise ConfigError(f"{path}: environment variable {name} is not set")
+            return value
+
+        return ENV_REFERENCE.sub(substitute, node)
+    return node
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text or "(top level)"
+
+
+def format_validation_error(error: ValidationError) -> str:
+    lines = []
+    for problem in error.errors():
+        message = problem["msg"].removeprefix("Value error, ")
+        location = _location(tuple(problem["loc"]))
+        if message.startswith(("processors[", "topics.")):
+            lines.append(message)  # a cross-field check that already names its path
+        else:
+            lines.append(f"{location}: {message}")
+    return "\n".join(lines)
+
+
+def parse_app(data: Any) -> AppConfig:
+    if not isinstance(data, dict):
+        raise ConfigError("(top level): expected a mapping with app_id, topics and processors")
+    try:
+        return AppConfig.model_validate(_expand_env(data, ""))
+    except ValidationError as error:
+        raise ConfigError(format_validation_error(error)) from None
+
+
+def load_app(path: Path) -> AppConfig:
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"cannot read {path}: {error.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path} is not valid YAML: {error}") from None
+    return parse_app(data)

@@ -1,0 +1,24 @@
+"""Counters of what the runtime did, for tests, logs and (later) metrics."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class Counters:
+    consumed: int = 0
+    processed: int = 0
+    produced: int = 0
+    skipped: int = 0
+    dead_lettered: int = 0
+    pauses: int = 0
+    resumes: int = 0
+    commits: int = 0
+    failed_commits: int = 0
+    assignments: int = 0
+    revocations: int = 0
+    max_queued: int = 0
+
+    def snapshot(self) -> dict[str, int]:
+        return asdict(self)

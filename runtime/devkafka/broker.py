@@ -1,0 +1,212 @@
+"""A single-node Apache Kafka (KRaft, broker + controller) on 127.0.0.1, for development and tests."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+
+from runtime.devkafka.jars import DevKafkaError, classpath, require_tool
+
+# Single-node settings; the log cleaner is tuned so compaction is observable within a test.
+SINGLE_NODE_SETTINGS = {
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "10",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "10",
+    "min.insync.replicas": "1",
+    "default.replication.factor": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "auto.create.topics.enable": "false",
+    "log.cleaner.backoff.ms": "500",
+    "log.cleaner.min.cleanable.ratio": "0.01",
+    "log.cleaner.min.compaction.lag.ms": "0",
+    "log.cleaner.dedupe.buffer.size": "33554432",
+    "log.cleaner.threads": "1",
+    "num.partitions": "1",
+}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+async def _cluster_ready(bootstrap_servers: str) -> bool:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=2000)
+    try:
+        await admin.start()
+        cluster = await admin.describe_cluster()
+        return bool(cluster.get("brokers"))
+    except (KafkaError, OSError):
+        return False
+    finally:
+        await admin.close()
+
+
+def cluster_ready(bootstrap_servers: str) -> bool:
+    """True when a broker answers a DescribeCluster request and lists itself."""
+    client_log = logging.getLogger("aiokafka")
+    level = client_log.level
+    client_log.setLevel(logging.CRITICAL)  # refused connections are expected while it boots
+    try:
+        return asyncio.run(_cluster_ready(bootstrap_servers))
+    finally:
+        client_log.setLevel(level)
+
+
+@dataclass
+class LocalBroker:
+    """One KRaft broker process whose log and metadata live in `data_dir`."""
+
+    data_dir: Path
+    port: int = 0
+    controller_port: int = 0
+    heap: str = "768m"
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.port = self.port or free_port()
+        self.controller_port = self.controller_port or free_port()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "broker.log"
+
+    def _write_properties(self) -> Path:
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": (f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"),
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.data_dir / "log"),
+            **SINGLE_NODE_SETTINGS,
+        }
+        path = self.data_dir / "server.properties"
+        path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        return path
+
+    def _java(self, *args: str) -> list[str]:
+        log4j = resources.files("runtime.devkafka").joinpath("log4j2.yaml")
+        return [
+            require_tool("java"),
+            f"-Xmx{self.heap}",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-cp",
+            classpath(),
+            *args,
+        ]
+
+    def _format_storage(self, properties: Path) -> None:
+        if (self.data_dir / "log" / "meta.properties").exists():
+            return
+        cluster_id = uuid.uuid4().hex[:22]
+        command = self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties))
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise DevKafkaError(f"formatting Kafka storage failed:\n{result.stdout}{result.stderr}")
+
+    def start(self, timeout: float = 90.0, detach: bool = False) -> None:
+        """Start the broker and return once it answers over the Kafka protocol."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        for port in (self.port, self.controller_port):
+            if not port_is_free(port):
+                raise DevKafkaError(f"port {port} on 127.0.0.1 is already in use")
+        properties = self._write_properties()
+        self._format_storage(properties)
+        with self.log_file.open("ab") as log:
+            self.process = subprocess.Popen(
+                self._java("kafka.Kafka", str(properties)),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=detach,
+            )
+        self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise DevKafkaError(f"Kafka exited during start-up:\n{self.log_tail()}")
+            if cluster_ready(self.bootstrap_servers):
+                return
+            time.sleep(0.2)
+        self.stop()
+        raise DevKafkaError(f"Kafka was not ready within {timeout:.0f}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        if not self.log_file.exists():
+            return ""
+        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.process is None:
+            return
+        stop_process(self.process.pid, timeout)
+        self.process.wait()
+        self.process = None
+
+
+def stop_process(pid: int, timeout: float) -> None:
+    """SIGTERM (Kafka's controlled shutdown), then SIGKILL if it does not exit in time."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not process_alive(pid):
+            return
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        finished, _ = os.waitpid(pid, os.WNOHANG)
+        if finished == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat")
+    return not (status.exists() and status.read_text().split()[2] == "Z")

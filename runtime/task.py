@@ -1,0 +1,215 @@
+"""The actor: one asyncio task per (processor, partition) that processes its records in order."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from processors.processor import Processor
+from processors.record import Record
+from runtime.counters import Counters
+from runtime.failures import FailureHandler, Stage
+from runtime.outputs import Outputs
+from runtime.task_context import TaskContext, TopicSerdes
+
+log = logging.getLogger(__name__)
+
+BatchHook = Callable[[TopicPartition, list[Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True, order=True)
+class TaskId:
+    processor: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.processor}[{self.partition}]"
+
+
+@dataclass
+class TaskServices:
+    """What every task of a worker shares."""
+
+    outputs: Outputs
+    failures: FailureHandler
+    counters: Counters
+    serdes: TopicSerdes
+    before_batch: BatchHook
+    on_dequeue: Callable[[Task], None]
+
+
+class Task:
+    """Owns one processor instance; records arrive as lists through a queue the poll loop fills."""
+
+    def __init__(
+        self,
+        task_id: TaskId,
+        processor: Processor,
+        context: TaskContext,
+        inputs: list[TopicPartition],
+        services: TaskServices,
+        end_offsets: Mapping[TopicPartition, int] | None = None,
+    ):
+        self.id = task_id
+        self.inputs = inputs
+        self.next_offsets: dict[TopicPartition, int] = {}
+        self.queued = 0
+        self._processor = processor
+        self._context = context
+        self._services = services
+        self._end_offsets = end_offsets
+        self._queue: deque[tuple[TopicPartition, list[Any]]] = deque()
+        self._wakeup = asyncio.Event()
+        self._stopping = False
+        self._busy = False
+        self._is_async = inspect.iscoroutinefunction(processor.process)
+        self._runner: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._runner = asyncio.create_task(self._run(), name=f"task {self.id}")
+
+    @property
+    def runner(self) -> asyncio.Task[None]:
+        assert self._runner is not None, "task not started"
+        return self._runner
+
+    @property
+    def idle(self) -> bool:
+        return self.queued == 0 and not self._busy
+
+    def enqueue(self, tp: TopicPartition, records: list[Any]) -> None:
+        self._queue.append((tp, records))
+        self.queued += len(records)
+        self._wakeup.set()
+
+    def request_stop(self) -> None:
+        """Stop after the record in flight; queued records are dropped (they were not committed)."""
+        self._stopping = True
+        self._wakeup.set()
+
+    async def stop(self, timeout: float) -> None:
+        self.request_stop()
+        try:
+            await asyncio.wait_for(asyncio.shield(self.runner), timeout)
+        except TimeoutError:
+            log.error("task %s did not finish its record within %.0fs; cancelling it", self.id, timeout)
+            self.runner.cancel()
+        except Exception:
+            pass
+
+    async def _run(self) -> None:
+        self._processor.init(self._context)
+        try:
+            while not self._stopping:
+                await self._wait_for_work()
+                if self._stopping:
+                    break
+                await self._punctuate()
+                if self._queue:
+                    tp, records = self._queue.popleft()
+                    self._busy = True
+                    try:
+                        await self._process_batch(tp, records)
+                        await self._services.outputs.flush()
+                    finally:
+                        self._busy = False
+                        self.queued -= len(records)
+                        self._services.on_dequeue(self)
+        finally:
+            self._queue.clear()
+            self.queued = 0
+            self._processor.close()
+
+    async def _wait_for_work(self) -> None:
+        if self._queue:
+            return
+        self._wakeup.clear()
+        punctuators = self._context.punctuators
+        timeout = max(0.0, min(p.due for p in punctuators) - time.monotonic()) if punctuators else None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    async def _punctuate(self) -> None:
+        now = time.monotonic()
+        for punctuator in self._context.punctuators:
+            if punctuator.due <= now:
+                punctuator.due = now + punctuator.every_s
+                result = punctuator.callback()
+                if inspect.isawaitable(result):
+                    await result
+                self._release_outputs()
+
+    async def _process_batch(self, tp: TopicPartition, records: list[Any]) -> None:
+        end = self._end_offsets.get(tp) if self._end_offsets is not None else None
+        if end is not None and records[-1].offset >= end:
+            records = [raw for raw in records if raw.offset < end]
+            if not records:
+                return
+        await self._services.before_batch(tp, records)
+        key_serde, value_serde = self._services.serdes[tp.topic]
+        decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
+        process, context, counters = self._processor.process, self._context, self._services.counters
+        failures, name = self._services.failures, self.id.processor
+        for raw in records:
+            if self._stopping:
+                return
+            try:
+                record = Record(
+                    raw.topic,
+                    raw.partition,
+                    raw.offset,
+                    raw.timestamp,
+                    None if raw.key is None else decode_key(raw.key),
+                    None if raw.value is None else decode_value(raw.value),
+                    tuple(raw.headers),
+                )
+            except Exception as error:
+                failures.handle(Stage.DESERIALIZATION, name, raw, error)
+                self.next_offsets[tp] = raw.offset + 1
+                continue
+            try:
+                if self._is_async:
+                    await process(record, context)  # type: ignore[misc]
+                else:
+                    process(record, context)
+            except Exception as error:
+                context.pending.clear()
+                failures.handle(Stage.PROCESSING, name, raw, error)
+            else:
+                if context.pending:
+                    self._release_outputs()
+                counters.processed += 1
+            self.next_offsets[tp] = raw.offset + 1
+
+    def _release_outputs(self) -> None:
+        append = self._services.outputs.append
+        for output in self._context.pending:
+            append(output.topic, output.key, output.value, output.headers)
+        self._context.pending.clear()
+
+    def mark_caught_up(self, tp: TopicPartition, end: int) -> None:
+        """Every record below `end` was processed (gaps are compaction or transaction markers)."""
+        self.next_offsets[tp] = max(self.next_offsets.get(tp, 0), end)
+
+
+def build_task(
+    task_id: TaskId,
+    processor_class: type[Processor],
+    app_id: str,
+    params: Mapping[str, Any],
+    outputs_allowed: frozenset[str],
+    inputs: list[TopicPartition],
+    services: TaskServices,
+    end_offsets: Mapping[TopicPartition, int] | None,
+) -> Task:
+    context = TaskContext(app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes)
+    return Task(task_id, processor_class(), context, inputs, services, end_offsets)

@@ -1,0 +1,86 @@
+"""The `Context` a task hands its processor."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from processors.context import Context, Punctuation
+from processors.serdes import Serde
+
+TopicSerdes = Mapping[str, tuple[Serde, Serde]]
+
+
+@dataclass
+class Punctuator:
+    every_s: float
+    callback: Punctuation
+    due: float
+
+
+@dataclass
+class PendingOutput:
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]]
+
+
+@dataclass
+class TaskContext(Context):
+    """Collects a record's outputs; the task releases them only if `process` succeeded."""
+
+    _app_id: str
+    _processor_name: str
+    _partition: int
+    _params: Mapping[str, Any]
+    _outputs_allowed: frozenset[str]
+    _serdes: TopicSerdes
+    pending: list[PendingOutput] = field(default_factory=list)
+    punctuators: list[Punctuator] = field(default_factory=list)
+
+    @property
+    def app_id(self) -> str:
+        return self._app_id
+
+    @property
+    def processor_name(self) -> str:
+        return self._processor_name
+
+    @property
+    def partition(self) -> int:
+        return self._partition
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        return self._params
+
+    def send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+    ) -> None:
+        if topic not in self._outputs_allowed:
+            raise ValueError(
+                f"processor '{self._processor_name}' sent to '{topic}', which is not among its outputs "
+                f"{sorted(self._outputs_allowed)}"
+            )
+        key_serde, value_serde = self._serdes[topic]
+        self.pending.append(
+            PendingOutput(
+                topic,
+                None if key is None else key_serde.serialize(key),
+                None if value is None else value_serde.serialize(value),
+                headers or (),
+            )
+        )
+
+    def schedule(self, every_ms: int, callback: Punctuation) -> None:
+        if every_ms <= 0:
+            raise ValueError("every_ms must be positive")
+        every_s = every_ms / 1000
+        self.punctuators.append(Punctuator(every_s, callback, time.monotonic() + every_s))

@@ -1,0 +1,71 @@
+"""Make sure the app's topics exist with the partition counts its processors rely on."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from runtime.config import AppConfig, ConfigError, TopicConfig
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_TOPIC = 3
+TOPIC_EXISTS = 36
+
+
+def _topic_configs(topic: TopicConfig) -> dict[str, str]:
+    return {"cleanup.policy": topic.cleanup_policy, **topic.config}
+
+
+async def describe_partitions(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int]:
+    """Partition counts of the topics that exist."""
+    described: list[dict[str, Any]] = await admin.describe_topics(topics)
+    return {entry["topic"]: len(entry["partitions"]) for entry in described if entry["error_code"] == 0}
+
+
+async def ensure_topics(admin: AIOKafkaAdminClient, config: AppConfig) -> dict[str, int]:
+    """Create missing topics (when allowed) and return every declared topic's partition count."""
+    names = sorted(config.topics)
+    counts = await describe_partitions(admin, names)
+    missing = [name for name in names if name not in counts]
+    if missing and not config.create_topics:
+        raise ConfigError(f"topics: {', '.join(missing)} do not exist and create_topics is false")
+    if missing:
+        new = [
+            NewTopic(name, config.topics[name].partitions, config.topics[name].replication_factor,
+                     topic_configs=_topic_configs(config.topics[name]))
+            for name in missing
+        ]  # fmt: skip
+        response = await admin.create_topics(new)
+        for topic, code, message in response.topic_errors:
+            if code not in (0, TOPIC_EXISTS):
+                raise ConfigError(f"topics.{topic}: could not be created: {message} (error {code})")
+            if code == 0:
+                log.info("created topic %s (%d partitions)", topic, config.topics[topic].partitions)
+        counts = await _wait_for_partitions(admin, names)
+    for name in names:
+        if counts[name] != config.topics[name].partitions:
+            log.warning(
+                "topic %s has %d partitions, the app YAML declares %d; using %d",
+                name, counts[name], config.topics[name].partitions, counts[name],
+            )  # fmt: skip
+    for index, processor in enumerate(config.processors):
+        actual = {topic: counts[topic] for topic in processor.inputs}
+        if len(set(actual.values())) > 1:
+            raise ConfigError(
+                f"processors[{index}].inputs: inputs of one processor must be co-partitioned "
+                f"(same number of partitions), but the broker has {actual}"
+            )
+    return counts
+
+
+async def _wait_for_partitions(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
+    for _ in range(100):
+        counts = await describe_partitions(admin, names)
+        if all(name in counts for name in names):
+            return counts
+        await asyncio.sleep(0.1)
+    raise ConfigError(f"topics {names} were created but did not show up in the cluster metadata")

@@ -1,0 +1,244 @@
+"""One worker: one consumer, one poll loop feeding the task actors, and the commit cycle."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+
+from processors.serdes import resolve_serde
+from runtime.backpressure import Backpressure
+from runtime.commit import CommitStrategy, commit_strategy
+from runtime.config import AppConfig
+from runtime.connection import Clients, start_with_retries
+from runtime.counters import Counters
+from runtime.failures import FailureHandler, RecordFailed, Stage
+from runtime.outputs import Outputs
+from runtime.task import Task, TaskId, TaskServices, build_task
+from runtime.topics import ensure_topics
+
+log = logging.getLogger(__name__)
+
+POLL_TIMEOUT_MS = 100
+CAUGHT_UP_CHECK_S = 0.2
+
+
+class WorkerFailed(RuntimeError):
+    """A task failed under the `fail` policy, or the output path failed."""
+
+
+class Worker:
+    """Runs every task assigned to this process until stopped, caught up, or failed."""
+
+    def __init__(self, config: AppConfig, bootstrap_servers: str, until_caught_up: bool = False):
+        self.config = config
+        self.counters = Counters()
+        self.tasks: dict[TaskId, Task] = {}
+        self._clients = Clients(config, bootstrap_servers)
+        self._until_caught_up = until_caught_up
+        self._stop_requested = asyncio.Event()
+        self._commit_lock = asyncio.Lock()
+        self._subscribers: dict[TopicPartition, list[Task]] = defaultdict(list)
+        self._end_offsets: dict[TopicPartition, int] | None = None
+        self._failure: BaseException | None = None
+        self._started = time.monotonic()
+        self.ready = asyncio.Event()
+
+    def stop(self) -> None:
+        """Stop taking records, finish those in flight, commit, close (safe from a signal handler)."""
+        self._stop_requested.set()
+
+    @property
+    def paused_partitions(self) -> set[TopicPartition]:
+        return self._backpressure.paused()
+
+    async def run(self) -> None:
+        config = self.config
+        admin = self._clients.admin()
+        await start_with_retries("admin client", self._clients.bootstrap_servers, admin.start)
+        try:
+            partition_counts = await ensure_topics(admin, config)
+        finally:
+            await admin.close()
+        self._serdes = {
+            name: (resolve_serde(topic.key_serde), resolve_serde(topic.value_serde))
+            for name, topic in config.topics.items()
+        }
+        producer = self._clients.producer()
+        consumer = self._clients.consumer()
+        await start_with_retries("producer", self._clients.bootstrap_servers, producer.start)
+        try:
+            await start_with_retries("consumer", self._clients.bootstrap_servers, consumer.start)
+            try:
+                await self._run_with(consumer, producer, partition_counts)
+            finally:
+                await consumer.stop()
+        finally:
+            await producer.stop()
+        if self._failure is not None:
+            raise WorkerFailed(str(self._failure)) from self._failure
+
+    async def _run_with(
+        self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer, partition_counts: dict[str, int]
+    ) -> None:
+        config = self.config
+        self._consumer = consumer
+        self._outputs = Outputs(producer, partition_counts, self.counters)
+        self._failures = FailureHandler(
+            config.app_id,
+            {
+                Stage.DESERIALIZATION: config.errors.deserialization,
+                Stage.PROCESSING: config.errors.processing,
+            },
+            self._outputs,
+            config.dead_letter_topic,
+            self.counters,
+        )
+        self._backpressure = Backpressure(consumer, config.queue, self.counters)
+        self._commits: CommitStrategy = commit_strategy(config.guarantee, consumer, self._outputs, self.counters)
+        self._services = TaskServices(
+            self._outputs, self._failures, self.counters, self._serdes,
+            self._commits.before_batch, self._backpressure.after_dequeue,
+        )  # fmt: skip
+        inputs = config.input_topics()
+        if self._until_caught_up:
+            tps = [TopicPartition(topic, p) for topic in inputs for p in range(partition_counts[topic])]
+            self._end_offsets = await consumer.end_offsets(tps)
+        consumer.subscribe(inputs, listener=_Rebalance(self))
+        committer = asyncio.create_task(self._commit_periodically(), name="commit cycle")
+        try:
+            await self._poll_loop()
+        finally:
+            committer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await committer
+            await self._shutdown()
+
+    async def _poll_loop(self) -> None:
+        consumer, backpressure = self._consumer, self._backpressure
+        last_check = 0.0
+        while not self._stop_requested.is_set() and self._failure is None:
+            batches = await consumer.getmany(timeout_ms=POLL_TIMEOUT_MS)
+            for tp, records in batches.items():
+                self.counters.consumed += len(records)
+                for task in self._subscribers.get(tp, ()):
+                    task.enqueue(tp, records)
+                    backpressure.after_enqueue(task)
+                if self._end_offsets is not None and records[-1].offset + 1 >= self._end_offsets.get(tp, 0):
+                    backpressure.hold(tp)
+            self._check_tasks()
+            if self._until_caught_up and time.monotonic() - last_check > CAUGHT_UP_CHECK_S:
+                last_check = time.monotonic()
+                if await self._caught_up():
+                    log.info("caught up with the end offsets present at start")
+                    return
+
+    def _check_tasks(self) -> None:
+        for task in self.tasks.values():
+            runner = task.runner
+            if runner.done() and not runner.cancelled() and runner.exception() is not None:
+                self._failure = runner.exception()
+                log.error("task %s failed: %s", task.id, self._failure)
+                return
+
+    async def _caught_up(self) -> bool:
+        assert self._end_offsets is not None
+        assignment = self._consumer.assignment()
+        if not assignment or not self.ready.is_set():
+            return False
+        for tp in assignment:
+            end = self._end_offsets.get(tp, 0)
+            tasks = self._subscribers.get(tp, [])
+            if any(task.next_offsets.get(tp, -1) >= end for task in tasks) and all(t.idle for t in tasks):
+                continue
+            if all(task.idle for task in tasks) and await self._consumer.position(tp) >= end:
+                for task in tasks:
+                    task.mark_caught_up(tp, end)
+                continue
+            return False
+        return True
+
+    async def _commit_periodically(self) -> None:
+        interval = self.config.commit_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                async with self._commit_lock:
+                    await self._commits.commit(list(self.tasks.values()))
+            except Exception as error:
+                self._failure = error
+                log.error("producing outputs failed: %r", error)
+                return
+
+    async def _shutdown(self) -> None:
+        tasks = list(self.tasks.values())
+        await self._stop_tasks(tasks)
+        if isinstance(self._failure, Exception) and not isinstance(self._failure, RecordFailed):
+            return  # the output path is broken: committing would claim records whose outputs may be lost
+        async with self._commit_lock:
+            await self._commits.commit(tasks)
+        log.info("stopped after %.1fs: %s", time.monotonic() - self._started, self.counters.snapshot())
+
+    async def _stop_tasks(self, tasks: list[Task]) -> None:
+        await asyncio.gather(*(task.stop(self.config.shutdown_timeout_s) for task in tasks))
+
+    # Rebalance callbacks (called by aiokafka's group coordinator).
+
+    async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+        if not revoked:
+            return
+        self.counters.revocations += 1
+        leaving = [task for task in self.tasks.values() if any(tp in revoked for tp in task.inputs)]
+        await self._stop_tasks(leaving)
+        async with self._commit_lock:
+            try:
+                await self._commits.commit(leaving)
+            except Exception as error:
+                self._failure = error
+        for task in leaving:
+            del self.tasks[task.id]
+        for tp in revoked:
+            self._subscribers.pop(tp, None)
+        self._backpressure.forget(revoked)
+        log.info("revoked %d partitions, stopped tasks %s", len(revoked), [str(t.id) for t in leaving])
+
+    def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.counters.assignments += 1
+        by_partition: dict[int, set[TopicPartition]] = defaultdict(set)
+        for tp in assigned:
+            by_partition[tp.partition].add(tp)
+        started = []
+        for spec in self.config.processors:
+            for partition, tps in by_partition.items():
+                inputs = sorted((tp for tp in tps if tp.topic in spec.inputs), key=lambda tp: tp.topic)
+                task_id = TaskId(spec.name, partition)
+                if not inputs or task_id in self.tasks:
+                    continue
+                task = build_task(
+                    task_id, spec.processor_class(), self.config.app_id, spec.params,
+                    frozenset(spec.outputs),
+                    inputs, self._services, self._end_offsets,
+                )  # fmt: skip
+                self.tasks[task_id] = task
+                for tp in inputs:
+                    self._subscribers[tp].append(task)
+                task.start()
+                started.append(str(task_id))
+        self.ready.set()
+        log.info("assigned %d partitions, started tasks %s", len(assigned), started)
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, worker: Worker):
+        self._worker = worker
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self._worker.on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self._worker.on_assigned(set(assigned))

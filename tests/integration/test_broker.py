@@ -1,0 +1,99 @@
+"""The local broker is a real Kafka, and aiokafka can do everything the runtime relies on with it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from tests.conftest import TopicNamer
+from tests.kafka_helpers import create_topic, read_topic
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_aiokafka_transactions_against_real_broker(
+    kafka_bootstrap: str, topic_name: TopicNamer
+) -> None:
+    topic = topic_name("compacted")
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"cleanup.policy": "compact"})])
+        described = await admin.describe_configs([_topic_resource(topic)])
+        assert ("cleanup.policy", "compact") in _config_pairs(described)
+    finally:
+        await admin.close()
+
+    idempotent = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, enable_idempotence=True)
+    await idempotent.start()
+    try:
+        await idempotent.send_and_wait(topic, b"idempotent", key=b"a")
+    finally:
+        await idempotent.stop()
+
+    group = topic_name("group")
+    transactional = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=topic_name("txn"))
+    await transactional.start()
+    try:
+        async with transactional.transaction():
+            await transactional.send(topic, b"committed", key=b"b")
+            await transactional.send_offsets_to_transaction({TopicPartition(topic, 0): 42}, group)
+        await transactional.begin_transaction()
+        await transactional.send(topic, b"aborted", key=b"c")
+        await transactional.abort_transaction()
+    finally:
+        await transactional.stop()
+
+    committed_view = await read_topic(kafka_bootstrap, topic, "read_committed")
+    assert [(m.key, m.value) for m in committed_view] == [(b"a", b"idempotent"), (b"b", b"committed")]
+    uncommitted_view = await read_topic(kafka_bootstrap, topic, "read_uncommitted")
+    assert (b"c", b"aborted") in [(m.key, m.value) for m in uncommitted_view]
+
+    reader = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=group, enable_auto_commit=False)
+    await reader.start()
+    try:
+        assert await reader.committed(TopicPartition(topic, 0)) == 42
+    finally:
+        await reader.stop()
+
+
+async def test_compaction_is_observable(kafka_bootstrap: str, topic_name: TopicNamer) -> None:
+    topic = topic_name("compaction")
+    configs = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01"}
+    await create_topic(kafka_bootstrap, topic, configs=configs)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    try:
+        for round_ in range(20):
+            await producer.send_and_wait(topic, str(round_).encode(), key=b"same-key")
+            await asyncio.sleep(0.05)
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:
+            # A new segment must roll for the cleaner to compact the old ones.
+            await producer.send_and_wait(topic, b"last", key=b"same-key")
+            values = [(m.key, m.value) for m in await read_topic(kafka_bootstrap, topic)]
+            if len(values) < 10:
+                break
+            assert asyncio.get_running_loop().time() < deadline, f"not compacted: {len(values)} records"
+            await asyncio.sleep(1)
+    finally:
+        await producer.stop()
+    assert values[-1] == (b"same-key", b"last")
+
+
+def _topic_resource(topic: str) -> object:
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    return ConfigResource(ConfigResourceType.TOPIC, topic)
+
+
+def _config_pairs(responses: list[object]) -> set[tuple[str, str]]:
+    pairs: set[tuple[str, str]] = set()
+    for response in responses:
+        for resource in response.resources:  # type: ignore[attr-defined]
+            for entry in resource[4]:
+                pairs.add((entry[0], entry[1]))
+    return pairs

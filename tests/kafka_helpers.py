@@ -8,9 +8,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 
-async def create_topic(
-    bootstrap: str, topic: str, partitions: int = 1, configs: dict[str, str] | None = None
-) -> None:
+async def create_topic(bootstrap: str, topic: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
@@ -36,9 +34,7 @@ async def read_topic(
     bootstrap: str, topic: str, isolation_level: str = "read_committed"
 ) -> list[ConsumerRecord[bytes, bytes]]:
     """Every record of every partition up to the end offsets at call time, in partition order."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, isolation_level=isolation_level, enable_auto_commit=False
-    )
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation_level, enable_auto_commit=False)
     await consumer.start()
     try:
         await consumer.topics()  # refreshes the cluster metadata

@@ -14,9 +14,7 @@ from tests.kafka_helpers import create_topic, read_topic
 pytestmark = pytest.mark.anyio
 
 
-async def test_aiokafka_transactions_against_real_broker(
-    kafka_bootstrap: str, topic_name: TopicNamer
-) -> None:
+async def test_aiokafka_transactions_against_real_broker(kafka_bootstrap: str, topic_name: TopicNamer) -> None:
     topic = topic_name("compacted")
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
     await admin.start()

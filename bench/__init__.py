@@ -1,0 +1,1 @@
+"""Benchmarks of the runtime against a real Kafka broker; they print figures and are not tests."""

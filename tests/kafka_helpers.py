@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
@@ -37,8 +38,7 @@ async def read_topic(
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation_level, enable_auto_commit=False)
     await consumer.start()
     try:
-        await consumer.topics()  # refreshes the cluster metadata
-        tps = [TopicPartition(topic, p) for p in sorted(_partitions(consumer, topic))]
+        tps = [TopicPartition(topic, p) for p in sorted(await _partitions(consumer, topic))]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
@@ -56,8 +56,11 @@ async def read_topic(
         await consumer.stop()
 
 
-def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
-    found = consumer.partitions_for_topic(topic)
-    if not found:
-        raise LookupError(f"topic {topic} has no partitions")
-    return set(found)
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+    for _ in range(100):  # a topic created a moment ago may not be in the metadata yet
+        await consumer.topics()  # refreshes the cluster metadata
+        found = consumer.partitions_for_topic(topic)
+        if found:
+            return set(found)
+        await asyncio.sleep(0.1)
+    raise LookupError(f"topic {topic} has no partitions")

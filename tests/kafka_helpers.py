@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from runtime.topics import describe_partitions
+
 
 async def create_topic(bootstrap: str, topic: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -38,7 +40,7 @@ async def read_topic(
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation_level, enable_auto_commit=False)
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in sorted(await _partitions(consumer, topic))]
+        tps = [TopicPartition(topic, p) for p in range(await _partitions(bootstrap, topic))]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
@@ -56,11 +58,15 @@ async def read_topic(
         await consumer.stop()
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
-    for _ in range(100):  # a topic created a moment ago may not be in the metadata yet
-        await consumer.topics()  # refreshes the cluster metadata
-        found = consumer.partitions_for_topic(topic)
-        if found:
-            return set(found)
-        await asyncio.sleep(0.1)
+async def _partitions(bootstrap: str, topic: str) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        for _ in range(100):  # a topic created a moment ago may not be in the metadata yet
+            counts = await describe_partitions(admin, [topic])
+            if counts.get(topic):
+                return counts[topic]
+            await asyncio.sleep(0.1)
+    finally:
+        await admin.close()
     raise LookupError(f"topic {topic} has no partitions")

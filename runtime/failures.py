@@ -67,7 +67,7 @@ class FailureHandler:
         return [
             ("error.stage", stage.value.encode()),
             ("error.type", f"{error_type.__module__}.{error_type.__qualname__}".encode()),
-            ("error.message", str(error).encode()),
+            ("error.message", (str(error) or repr(error)).encode()),
             ("error.stacktrace", stack.encode()),
             ("error.app", self._app_id.encode()),
             ("error.processor", processor.encode()),

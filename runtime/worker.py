@@ -55,7 +55,8 @@ class Worker:
 
     @property
     def paused_partitions(self) -> set[TopicPartition]:
-        return self._backpressure.paused()
+        backpressure: Backpressure | None = getattr(self, "_backpressure", None)
+        return backpressure.paused() if backpressure is not None else set()
 
     async def run(self) -> None:
         config = self.config

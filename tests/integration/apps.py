@@ -1,0 +1,47 @@
+"""Processor classes used by the integration tests (importable by path from an app YAML)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+from processors import Context, Processor, Record
+
+
+class Echo(Processor):
+    """Sends each value on to `params.output`, after an optional `sleep_ms` per record."""
+
+    def init(self, ctx: Context) -> None:
+        self.output = str(ctx.params["output"])
+        self.sleep_s = float(ctx.params.get("sleep_ms", 0)) / 1000
+
+    async def process(self, record: Record, ctx: Context) -> None:
+        if self.sleep_s:
+            await asyncio.sleep(self.sleep_s)
+        ctx.send(self.output, {"src": [record.partition, record.offset], "value": record.value}, key=record.key)
+
+
+class Picky(Processor):
+    """Raises on values marked bad, after sending a partial output that must not escape."""
+
+    def process(self, record: Record, ctx: Context) -> None:
+        ctx.send(str(ctx.params["output"]), record.value, key=record.key)
+        if record.value.get("bad"):
+            raise ValueError(f"bad record {record.key}")
+
+
+class KillOnce(Processor):
+    """SIGKILLs its own process at record `n == crash_at`, once (a marker file remembers)."""
+
+    def init(self, ctx: Context) -> None:
+        self.output = str(ctx.params["output"])
+        self.crash_at = int(ctx.params["crash_at"])
+        self.marker = Path(str(ctx.params["marker"]))
+
+    def process(self, record: Record, ctx: Context) -> None:
+        if record.value["n"] == self.crash_at and not self.marker.exists():
+            self.marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        ctx.send(self.output, record.value, key=record.key)

@@ -1,0 +1,34 @@
+"""Write app YAMLs and run workers as real processes (`python -m runtime app.yaml`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_app(directory: Path, app: dict[str, Any], name: str = "app.yaml") -> Path:
+    path = directory / name
+    path.write_text(yaml.safe_dump(app))
+    return path
+
+
+def spawn_worker(app: Path, *args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    output = log.open("ab") if log is not None else subprocess.DEVNULL
+    return subprocess.Popen(
+        [sys.executable, "-m", "runtime", str(app), *args],
+        cwd=REPO, env=env, stdout=output, stderr=output,
+    )  # fmt: skip
+
+
+def numbered(count: int, start: int = 0) -> list[tuple[bytes, bytes]]:
+    """Records keyed `k<n % 97>` with msgpack values {"n": n}."""
+    return [(f"k{n % 97}".encode(), msgpack.packb({"n": n})) for n in range(start, start + count)]

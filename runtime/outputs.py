@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -65,6 +65,15 @@ class Outputs:
             self._open_counts[target] = 0
             builder.append(timestamp=timestamp_ms, key=key, value=value, headers=list(headers))
         self._open_counts[target] += 1
+
+    def append_all(self, records: Iterable[tuple[str, bytes | None, bytes | None, HeaderList]]) -> None:
+        """Append (topic, key, value, headers) records, each to its partition by Kafka's partitioner."""
+        append, counts = self.append, self._partition_counts
+        for topic, key, value, headers in records:
+            if key is None:
+                append(topic, key, value, headers)
+            else:
+                append(topic, key, value, headers, partition=partition_for(key, counts[topic]))
 
     @property
     def pending(self) -> int:

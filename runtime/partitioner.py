@@ -2,14 +2,39 @@
 
 from __future__ import annotations
 
+import struct
 from functools import lru_cache
 
-from aiokafka.partitioner import murmur2
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+_SEED = 0x9747B28C
+_words = struct.Struct("<I").iter_unpack
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's `Utils.murmur2` (MurmurHash2, 32 bit, Kafka's seed) as an unsigned int."""
+    length = len(data)
+    h = _SEED ^ length
+    body = length & ~3
+    for (word,) in _words(data[:body]):
+        k = (word * _M) & _MASK
+        k ^= k >> 24
+        h = ((h * _M) & _MASK) ^ ((k * _M) & _MASK)
+    tail = length & 3
+    if tail:
+        if tail == 3:
+            h ^= data[body + 2] << 16
+        if tail >= 2:
+            h ^= data[body + 1] << 8
+        h = ((h ^ data[body]) * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    return h ^ (h >> 15)
 
 
 @lru_cache(maxsize=65536)
 def _positive_hash(key: bytes) -> int:
-    return int(murmur2(key)) & 0x7FFFFFFF
+    return murmur2(key) & 0x7FFFFFFF
 
 
 def partition_for(key: bytes, partitions: int) -> int:

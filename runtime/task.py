@@ -159,41 +159,42 @@ class Task:
         decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
         process, context, counters = self._processor.process, self._context, self._services.counters
         failures, name = self._services.failures, self.id.processor
-        for raw in records:
-            if self._stopping:
-                return
-            try:
-                record = Record(
-                    raw.topic,
-                    raw.partition,
-                    raw.offset,
-                    raw.timestamp,
-                    None if raw.key is None else decode_key(raw.key),
-                    None if raw.value is None else decode_value(raw.value),
-                    tuple(raw.headers),
-                )
-            except Exception as error:
-                failures.handle(Stage.DESERIALIZATION, name, raw, error)
-                self.next_offsets[tp] = raw.offset + 1
-                continue
-            try:
-                if self._is_async:
-                    await process(record, context)  # type: ignore[misc]
+        pending = context.pending
+        try:
+            for raw in records:
+                if self._stopping:
+                    return
+                try:
+                    record = Record(
+                        raw.topic,
+                        raw.partition,
+                        raw.offset,
+                        raw.timestamp,
+                        None if raw.key is None else decode_key(raw.key),
+                        None if raw.value is None else decode_value(raw.value),
+                        tuple(raw.headers),
+                    )
+                except Exception as error:  # any decoding error goes to the policy
+                    failures.handle(Stage.DESERIALIZATION, name, raw, error)
+                    self.next_offsets[tp] = raw.offset + 1
+                    continue
+                released = len(pending)
+                try:
+                    if self._is_async:
+                        await process(record, context)  # type: ignore[misc]
+                    else:
+                        process(record, context)
+                except Exception as error:  # any processor error goes to the policy
+                    del pending[released:]  # nothing of a failed record escapes
+                    failures.handle(Stage.PROCESSING, name, raw, error)
                 else:
-                    process(record, context)
-            except Exception as error:
-                context.pending.clear()
-                failures.handle(Stage.PROCESSING, name, raw, error)
-            else:
-                if context.pending:
-                    self._release_outputs()
-                counters.processed += 1
-            self.next_offsets[tp] = raw.offset + 1
+                    counters.processed += 1
+                self.next_offsets[tp] = raw.offset + 1
+        finally:
+            self._release_outputs()
 
     def _release_outputs(self) -> None:
-        append = self._services.outputs.append
-        for output in self._context.pending:
-            append(output.topic, output.key, output.value, output.headers)
+        self._services.outputs.append_all(self._context.pending)
         self._context.pending.clear()
 
     def mark_caught_up(self, tp: TopicPartition, end: int) -> None:

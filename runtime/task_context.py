@@ -20,12 +20,8 @@ class Punctuator:
     due: float
 
 
-@dataclass
-class PendingOutput:
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: Sequence[tuple[str, bytes]]
+# (topic, key, value, headers), encoded: a plain tuple, since one is built per output record.
+PendingOutput = tuple[str, bytes | None, bytes | None, Sequence[tuple[str, bytes]]]
 
 
 @dataclass
@@ -71,7 +67,7 @@ class TaskContext(Context):
             )
         key_serde, value_serde = self._serdes[topic]
         self.pending.append(
-            PendingOutput(
+            (
                 topic,
                 None if key is None else key_serde.serialize(key),
                 None if value is None else value_serde.serialize(value),

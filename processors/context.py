@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stores import KeyValueStore
 
 Punctuation = Callable[[], Awaitable[None] | None]
 
@@ -42,6 +45,10 @@ class Context(ABC):
 
         The partition is Kafka's default: murmur2 of the encoded key, as a Java producer picks it.
         """
+
+    @abstractmethod
+    def store(self, name: str) -> KeyValueStore:
+        """This task's instance of a store the processor declares under `stores:` in the app YAML."""
 
     @abstractmethod
     def schedule(self, every_ms: int, callback: Punctuation) -> None:

@@ -18,6 +18,8 @@ class Serde(Protocol):
 
 class BytesSerde:
     def serialize(self, obj: Any) -> bytes:
+        if not isinstance(obj, bytes | bytearray | memoryview):
+            raise TypeError(f"the bytes serde takes bytes, got {type(obj).__name__}")
         return bytes(obj)
 
     def deserialize(self, data: bytes) -> Any:
@@ -49,7 +51,7 @@ class MsgpackSerde:
         return packed
 
     def deserialize(self, data: bytes) -> Any:
-        return msgpack.unpackb(data)
+        return msgpack.unpackb(data, strict_map_key=False)
 
 
 BUILTIN_SERDES: dict[str, type[Serde]] = {

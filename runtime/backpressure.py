@@ -1,21 +1,25 @@
-"""Pause a partition's fetching when a task's queue reaches its bound; resume at the resume mark.
+"""Pause a partition's fetching while anything holds it, and resume it when the last hold is released.
 
-The poll loop keeps polling while partitions are paused, so however slow a processor is, the
-consumer keeps its group membership (no rebalance storms).
+Holds: a task whose queue reached its bound (released at the resume mark), a task still restoring
+its stores, and the end of a bounded (`--until-caught-up`) run. The poll loop keeps polling while
+partitions are paused, so however slow a processor is, the consumer keeps its group membership.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Hashable, Iterable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runtime.config import QueueConfig
 from runtime.counters import Counters
-from runtime.task import Task, TaskId
+from runtime.task import Task
 
 log = logging.getLogger(__name__)
+
+END_OF_RUN = "end of run"
 
 
 class Backpressure:
@@ -23,45 +27,41 @@ class Backpressure:
         self._consumer = consumer
         self._bounds = bounds
         self._counters = counters
-        self._holders: dict[TopicPartition, set[TaskId]] = defaultdict(set)
-        self._held_for_good: set[TopicPartition] = set()
+        self._holds: dict[TopicPartition, set[Hashable]] = defaultdict(set)
 
     def paused(self) -> set[TopicPartition]:
-        return {tp for tp, holders in self._holders.items() if holders} | self._held_for_good
+        return {tp for tp, holds in self._holds.items() if holds}
 
-    def after_enqueue(self, task: Task) -> None:
-        self._counters.max_queued = max(self._counters.max_queued, task.queued)
-        if task.queued < self._bounds.pause_at:
-            return
-        for tp in task.inputs:
-            holders = self._holders[tp]
-            if not holders and tp not in self._held_for_good:
+    def hold(self, tps: Iterable[TopicPartition], reason: Hashable) -> None:
+        for tp in tps:
+            holds = self._holds[tp]
+            if not holds:
                 self._consumer.pause(tp)
                 self._counters.pauses += 1
-                log.debug("paused %s: task %s holds %d records", tp, task.id, task.queued)
-            holders.add(task.id)
+                log.debug("paused %s (%s)", tp, reason)
+            holds.add(reason)
 
-    def after_dequeue(self, task: Task) -> None:
-        if task.queued > self._bounds.resume_at:
-            return
-        for tp in task.inputs:
-            holders = self._holders.get(tp)
-            if not holders or task.id not in holders:
+    def release(self, tps: Iterable[TopicPartition], reason: Hashable) -> None:
+        for tp in tps:
+            holds = self._holds.get(tp)
+            if not holds or reason not in holds:
                 continue
-            holders.discard(task.id)
-            if not holders and tp not in self._held_for_good:
+            holds.discard(reason)
+            if not holds:
                 self._consumer.resume(tp)
                 self._counters.resumes += 1
                 log.debug("resumed %s", tp)
 
-    def hold(self, tp: TopicPartition) -> None:
-        """Stop fetching `tp` for good (it reached the end of a bounded run)."""
-        if tp not in self._held_for_good and not self._holders.get(tp):
-            self._consumer.pause(tp)
-        self._held_for_good.add(tp)
+    def after_enqueue(self, task: Task) -> None:
+        self._counters.max_queued = max(self._counters.max_queued, task.queued)
+        if task.queued >= self._bounds.pause_at:
+            self.hold(task.inputs, task.id)
 
-    def forget(self, tps: set[TopicPartition]) -> None:
+    def after_dequeue(self, task: Task) -> None:
+        if task.queued <= self._bounds.resume_at:
+            self.release(task.inputs, task.id)
+
+    def forget(self, tps: Iterable[TopicPartition]) -> None:
         """Revoked partitions: no longer ours to pause or resume."""
         for tp in tps:
-            self._holders.pop(tp, None)
-            self._held_for_good.discard(tp)
+            self._holds.pop(tp, None)

@@ -62,6 +62,7 @@ class AtMostOnce(_OffsetCommitter):
 
     async def commit(self, tasks: Iterable[Task]) -> None:
         await self._outputs.wait_acked()
+        flush_stores(tasks)
 
 
 class AtLeastOnce(_OffsetCommitter):
@@ -75,9 +76,18 @@ class AtLeastOnce(_OffsetCommitter):
         return None
 
     async def commit(self, tasks: Iterable[Task]) -> None:
+        tasks = list(tasks)
         offsets = {tp: offset for task in tasks for tp, offset in task.next_offsets.items()}
         await self._outputs.wait_acked()
+        flush_stores(tasks)
         await self.commit_offsets(offsets)
+
+
+def flush_stores(tasks: Iterable[Task]) -> None:
+    """After the changelog writes are acknowledged: store data and changelog offset in one write."""
+    for task in tasks:
+        if task.state is not None and not task.restoring:
+            task.state.flush()
 
 
 def commit_strategy(

@@ -45,6 +45,18 @@ class KafkaConfig(Strict):
     producer: dict[str, Any] = Field(default_factory=dict)
 
 
+def _describe(error: Exception) -> str:
+    return str(error) if isinstance(error, ImportError) else f"{type(error).__name__}: {error}"
+
+
+def _known_serde(name: str) -> str:
+    try:
+        resolve_serde(name)
+    except Exception as error:  # a user module may fail in any way: report it at its YAML path
+        raise ValueError(f"unknown serde '{name}': {_describe(error)}") from None
+    return name
+
+
 class TopicConfig(Strict):
     partitions: int = Field(default=1, ge=1)
     replication_factor: int = Field(default=1, ge=1)
@@ -53,14 +65,18 @@ class TopicConfig(Strict):
     cleanup_policy: Literal["delete", "compact", "compact,delete"] = "delete"
     config: dict[str, str] = Field(default_factory=dict)
 
-    @field_validator("key_serde", "value_serde")
-    @classmethod
-    def _serde_exists(cls, name: str) -> str:
-        try:
-            resolve_serde(name)
-        except (ImportError, TypeError) as error:
-            raise ValueError(f"unknown serde '{name}': {error}") from None
-        return name
+    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: _known_serde(name)))
+
+
+class StoreConfig(Strict):
+    """A task-local key-value store; with a changelog it survives crashes and moves with its partition."""
+
+    backend: Literal["memory", "rocksdb"] = "rocksdb"
+    changelog: bool = True
+    key_serde: str = "msgpack"
+    value_serde: str = "msgpack"
+
+    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: _known_serde(name)))
 
 
 class ProcessorConfig(Strict):
@@ -69,14 +85,23 @@ class ProcessorConfig(Strict):
     inputs: list[str] = Field(min_length=1)
     outputs: list[str] = Field(default_factory=list)
     params: dict[str, Any] = Field(default_factory=dict)
+    stores: dict[str, StoreConfig] = Field(default_factory=dict)
+
+    @field_validator("stores")
+    @classmethod
+    def _store_names(cls, stores: dict[str, StoreConfig]) -> dict[str, StoreConfig]:
+        for name in stores:
+            if not re.match(r"^[a-zA-Z0-9_-]+$", name):
+                raise ValueError(f"store name '{name}' may only use letters, digits, '_' and '-'")
+        return stores
 
     @field_validator("class_path")
     @classmethod
     def _class_is_processor(cls, path: str) -> str:
         try:
             found = import_object(path)
-        except ImportError as error:
-            raise ValueError(f"cannot import processor class '{path}': {error}") from None
+        except Exception as error:  # a user module may fail in any way: report it at its YAML path
+            raise ValueError(f"cannot import processor class '{path}': {_describe(error)}") from None
         if not (isinstance(found, type) and issubclass(found, Processor)):
             raise ValueError(f"'{path}' is not a subclass of processors.Processor")
         return path
@@ -116,6 +141,7 @@ class AppConfig(Strict):
     errors: ErrorsConfig = Field(default_factory=ErrorsConfig)
     create_topics: bool = True
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
+    state_dir: Path = Path("state")
 
     @field_validator("topics")
     @classmethod
@@ -143,6 +169,15 @@ class AppConfig(Strict):
                     f"processors[{index}].inputs: inputs of one processor must be co-partitioned "
                     f"(same number of partitions), got {counts}"
                 )
+        store_owners: dict[str, str] = {}
+        for index, processor in enumerate(self.processors):
+            for store in processor.stores:
+                if store in store_owners:
+                    raise ValueError(
+                        f"processors[{index}].stores.{store}: the name is already used by processor "
+                        f"'{store_owners[store]}' (store names are app-wide: they name changelog topics)"
+                    )
+                store_owners[store] = processor.name
         needs_dead_letters = ErrorPolicy.DEAD_LETTER in (self.errors.deserialization, self.errors.processing)
         if needs_dead_letters and self.dead_letter_topic not in self.topics:
             # The dead-letter topic always exists as bytes, whatever the app's serdes are.
@@ -152,6 +187,9 @@ class AppConfig(Strict):
     @property
     def dead_letter_topic(self) -> str:
         return self.errors.dead_letter_topic or f"{self.app_id}-dead-letters"
+
+    def changelog_topic(self, store: str) -> str:
+        return f"{self.app_id}-{store}-changelog"
 
     def input_topics(self) -> list[str]:
         return sorted({topic for processor in self.processors for topic in processor.inputs})
@@ -163,7 +201,8 @@ ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 def _expand_env(node: Any, path: str) -> Any:
     """Replace `${NAME}` / `${NAME:-default}` in strings, so secrets can stay out of the file."""
     if isinstance(node, dict):
-        return {key: _expand_env(value, f"{path}.{key}" if path else str(key)) for key, value in node.items()}
+        # Keys become strings: `123:` under topics is the topic "123", not an integer.
+        return {str(key): _expand_env(value, f"{path}.{key}" if path else str(key)) for key, value in node.items()}
     if isinstance(node, list):
         return [_expand_env(value, f"{path}[{index}]") for index, value in enumerate(node)]
     if isinstance(node, str):

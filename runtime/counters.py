@@ -19,6 +19,8 @@ class Counters:
     assignments: int = 0
     revocations: int = 0
     max_queued: int = 0
+    restored: int = 0
+    restore_remaining: int = 0
 
     def snapshot(self) -> dict[str, int]:
         return asdict(self)

@@ -7,6 +7,7 @@ record the runtime writes (outputs, dead letters, changelogs) goes through here.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -35,6 +36,7 @@ class Outputs:
         self._full: list[tuple[str, int, Any, int]] = []
         self._inflight: list[asyncio.Future[Any]] = []
         self._round_robin = itertools.count()
+        self.acked_ends: dict[tuple[str, int], int] = {}
 
     def partitions(self, topic: str) -> int:
         try:
@@ -88,9 +90,18 @@ class Outputs:
         self._full, self._open, self._open_counts = [], {}, {}
         for topic, partition, builder, count in batches:
             future = await self._producer.send_batch(builder, topic, partition=partition)
+            future.add_done_callback(functools.partial(self._acked, topic, partition, count))
             self._inflight.append(future)
             self._counters.produced += count
         self._inflight = [future for future in self._inflight if not future.done() or _raise_if_failed(future)]
+
+    def _acked(self, topic: str, partition: int, count: int, future: asyncio.Future[Any]) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return
+        end = future.result().offset + count
+        target = (topic, partition)
+        if end > self.acked_ends.get(target, 0):
+            self.acked_ends[target] = end
 
     async def wait_acked(self) -> None:
         """Flush, then wait until the broker acknowledged everything sent so far; raise if any failed."""

@@ -19,6 +19,7 @@ from processors.record import Record
 from runtime.counters import Counters
 from runtime.failures import FailureHandler, Stage
 from runtime.outputs import Outputs
+from runtime.state import TaskState
 from runtime.task_context import TaskContext, TopicSerdes
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ class TaskServices:
     serdes: TopicSerdes
     before_batch: BatchHook
     on_dequeue: Callable[[Task], None]
+    restore: Callable[[TaskState], Awaitable[None]]
+    on_restored: Callable[[Task], None]
 
 
 class Task:
@@ -58,8 +61,11 @@ class Task:
         inputs: list[TopicPartition],
         services: TaskServices,
         end_offsets: Mapping[TopicPartition, int] | None = None,
+        state: TaskState | None = None,
     ):
         self.id = task_id
+        self.state = state
+        self.restoring = state is not None
         self.inputs = inputs
         self.next_offsets: dict[TopicPartition, int] = {}
         self.queued = 0
@@ -98,15 +104,24 @@ class Task:
 
     async def stop(self, timeout: float) -> None:
         self.request_stop()
+        if self.restoring:
+            self.runner.cancel()  # a restore holds no record in flight; the store keeps what it applied
         try:
             await asyncio.wait_for(asyncio.shield(self.runner), timeout)
         except TimeoutError:
             log.error("task %s did not finish its record within %.0fs; cancelling it", self.id, timeout)
             self.runner.cancel()
-        except Exception:
+        except asyncio.CancelledError:
+            if not self.runner.cancelled():
+                raise
+        except Exception:  # a failure of the task itself: the worker reports it
             pass
 
     async def _run(self) -> None:
+        if self.state is not None:
+            await self._services.restore(self.state)
+            self.restoring = False
+            self._services.on_restored(self)
         self._processor.init(self._context)
         try:
             while not self._stopping:
@@ -189,6 +204,10 @@ class Task:
                     failures.handle(Stage.PROCESSING, name, raw, error)
                 else:
                     counters.processed += 1
+                if self._is_async:
+                    # A commit can run while this batch awaits: an offset may only advance together
+                    # with the outputs of the records before it.
+                    self._release_outputs()
                 self.next_offsets[tp] = raw.offset + 1
         finally:
             self._release_outputs()
@@ -196,6 +215,11 @@ class Task:
     def _release_outputs(self) -> None:
         self._services.outputs.append_all(self._context.pending)
         self._context.pending.clear()
+
+    def close_state(self) -> None:
+        """Close the stores (after the final commit), so another worker on this machine can open them."""
+        if self.state is not None:
+            self.state.close()
 
     def mark_caught_up(self, tp: TopicPartition, end: int) -> None:
         """Every record below `end` was processed (gaps are compaction or transaction markers)."""
@@ -211,6 +235,7 @@ def build_task(
     inputs: list[TopicPartition],
     services: TaskServices,
     end_offsets: Mapping[TopicPartition, int] | None,
+    state: TaskState | None = None,
 ) -> Task:
-    context = TaskContext(app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes)
-    return Task(task_id, processor_class(), context, inputs, services, end_offsets)
+    context = TaskContext(app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes, state)
+    return Task(task_id, processor_class(), context, inputs, services, end_offsets, state)

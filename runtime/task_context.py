@@ -9,6 +9,8 @@ from typing import Any
 
 from processors.context import Context, Punctuation
 from processors.serdes import Serde
+from runtime.state import TaskState
+from stores import KeyValueStore
 
 TopicSerdes = Mapping[str, tuple[Serde, Serde]]
 
@@ -34,6 +36,7 @@ class TaskContext(Context):
     _params: Mapping[str, Any]
     _outputs_allowed: frozenset[str]
     _serdes: TopicSerdes
+    _state: TaskState | None = None
     pending: list[PendingOutput] = field(default_factory=list)
     punctuators: list[Punctuator] = field(default_factory=list)
 
@@ -74,6 +77,13 @@ class TaskContext(Context):
                 headers or (),
             )
         )
+
+    def store(self, name: str) -> KeyValueStore:
+        entry = self._state.stores.get(name) if self._state is not None else None
+        if entry is None:
+            declared = sorted(self._state.stores) if self._state is not None else []
+            raise KeyError(f"processor '{self._processor_name}' declares no store '{name}' (it has {declared})")
+        return entry.store
 
     def schedule(self, every_ms: int, callback: Punctuation) -> None:
         if every_ms <= 0:

@@ -27,7 +27,39 @@ async def describe_partitions(admin: AIOKafkaAdminClient, topics: list[str]) -> 
 
 
 async def ensure_topics(admin: AIOKafkaAdminClient, config: AppConfig) -> dict[str, int]:
-    """Create missing topics (when allowed) and return every declared topic's partition count."""
+    """Create missing topics (when allowed) and changelogs; return every topic's partition count."""
+    counts = await _ensure_declared(admin, config)
+    return {**counts, **await _ensure_changelogs(admin, config, counts)}
+
+
+async def _ensure_changelogs(admin: AIOKafkaAdminClient, config: AppConfig, counts: dict[str, int]) -> dict[str, int]:
+    """One compacted changelog per store, with as many partitions as its processor's inputs."""
+    wanted: dict[str, tuple[int, str]] = {}
+    for processor in config.processors:
+        for store, spec in processor.stores.items():
+            if spec.changelog:
+                wanted[config.changelog_topic(store)] = (counts[processor.inputs[0]], processor.name)
+    if not wanted:
+        return {}
+    existing = await describe_partitions(admin, sorted(wanted))
+    for topic, (partitions, processor_name) in wanted.items():
+        if topic in existing and existing[topic] != partitions:
+            raise ConfigError(
+                f"changelog topic {topic} has {existing[topic]} partitions, but the inputs of processor "
+                f"'{processor_name}' have {partitions}: delete the changelog (and the app's state) or fix the inputs"
+            )
+    missing = [NewTopic(topic, partitions, 1, topic_configs={"cleanup.policy": "compact"})
+               for topic, (partitions, _) in wanted.items() if topic not in existing]  # fmt: skip
+    if missing:
+        response = await admin.create_topics(missing)
+        for topic, code, message in response.topic_errors:
+            if code not in (0, TOPIC_EXISTS):
+                raise ConfigError(f"changelog topic {topic} could not be created: {message} (error {code})")
+            log.info("created changelog topic %s", topic)
+    return await _wait_for_partitions(admin, sorted(wanted))
+
+
+async def _ensure_declared(admin: AIOKafkaAdminClient, config: AppConfig) -> dict[str, int]:
     names = sorted(config.topics)
     counts = await describe_partitions(admin, names)
     missing = [name for name in names if name not in counts]

@@ -12,19 +12,22 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from processors.serdes import resolve_serde
-from runtime.backpressure import Backpressure
+from runtime.backpressure import END_OF_RUN, Backpressure
 from runtime.commit import CommitStrategy, commit_strategy
 from runtime.config import AppConfig
 from runtime.connection import Clients, start_with_retries
 from runtime.counters import Counters
 from runtime.failures import FailureHandler, RecordFailed, Stage
 from runtime.outputs import Outputs
+from runtime.restore import ChangelogRestorer
+from runtime.state import TaskState
 from runtime.task import Task, TaskId, TaskServices, build_task
 from runtime.topics import ensure_topics
 
 log = logging.getLogger(__name__)
 
 POLL_TIMEOUT_MS = 100
+RESTORING = "restoring"
 CAUGHT_UP_CHECK_S = 0.2
 
 
@@ -102,9 +105,11 @@ class Worker:
         )
         self._backpressure = Backpressure(consumer, config.queue, self.counters)
         self._commits: CommitStrategy = commit_strategy(config.guarantee, consumer, self._outputs, self.counters)
+        restorer = ChangelogRestorer(self._restore_consumer, self.counters)
         self._services = TaskServices(
             self._outputs, self._failures, self.counters, self._serdes,
             self._commits.before_batch, self._backpressure.after_dequeue,
+            restorer.restore, self._on_restored,
         )  # fmt: skip
         inputs = config.input_topics()
         if self._until_caught_up:
@@ -120,6 +125,12 @@ class Worker:
                 await committer
             await self._shutdown()
 
+    def _restore_consumer(self) -> AIOKafkaConsumer:
+        return self._clients.consumer(group_id=None, client_id=f"{self.config.app_id}-restore")
+
+    def _on_restored(self, task: Task) -> None:
+        self._backpressure.release(task.inputs, (RESTORING, task.id))
+
     async def _poll_loop(self) -> None:
         consumer, backpressure = self._consumer, self._backpressure
         last_check = 0.0
@@ -131,7 +142,7 @@ class Worker:
                     task.enqueue(tp, records)
                     backpressure.after_enqueue(task)
                 if self._end_offsets is not None and records[-1].offset + 1 >= self._end_offsets.get(tp, 0):
-                    backpressure.hold(tp)
+                    backpressure.hold([tp], END_OF_RUN)
             self._check_tasks()
             if self._until_caught_up and time.monotonic() - last_check > CAUGHT_UP_CHECK_S:
                 last_check = time.monotonic()
@@ -183,6 +194,8 @@ class Worker:
             return  # the output path is broken: committing would claim records whose outputs may be lost
         async with self._commit_lock:
             await self._commits.commit(tasks)
+        for task in tasks:
+            task.close_state()
         log.info("stopped after %.1fs: %s", time.monotonic() - self._started, self.counters.snapshot())
 
     async def _stop_tasks(self, tasks: list[Task]) -> None:
@@ -202,6 +215,7 @@ class Worker:
             except Exception as error:
                 self._failure = error
         for task in leaving:
+            task.close_state()
             del self.tasks[task.id]
         for tp in revoked:
             self._subscribers.pop(tp, None)
@@ -220,11 +234,13 @@ class Worker:
                 task_id = TaskId(spec.name, partition)
                 if not inputs or task_id in self.tasks:
                     continue
+                state = TaskState(self.config, spec, partition, self._outputs) if spec.stores else None
                 task = build_task(
                     task_id, spec.processor_class(), self.config.app_id, spec.params,
-                    frozenset(spec.outputs),
-                    inputs, self._services, self._end_offsets,
+                    frozenset(spec.outputs), inputs, self._services, self._end_offsets, state,
                 )  # fmt: skip
+                if state is not None:
+                    self._backpressure.hold(inputs, (RESTORING, task_id))
                 self.tasks[task_id] = task
                 for tp in inputs:
                     self._subscribers[tp].append(task)

@@ -1,1 +1,37 @@
 """Key-value stores, changelogs and restores."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from stores.backend import Backend, Change
+from stores.errors import StoreCorrupted, StoreError, StoreLocked
+from stores.memory import MemoryBackend
+from stores.rocksdb import RocksDBBackend, wipe
+from stores.store import KeyValueStore, OnChange
+
+__all__ = [
+    "Backend",
+    "Change",
+    "KeyValueStore",
+    "MemoryBackend",
+    "OnChange",
+    "RocksDBBackend",
+    "StoreCorrupted",
+    "StoreError",
+    "StoreLocked",
+    "open_backend",
+    "wipe",
+]
+
+
+def open_backend(kind: Literal["memory", "rocksdb"], path: str | os.PathLike[str] | None = None) -> Backend:
+    """A backend of the configured kind; `rocksdb` needs the store's own directory."""
+    if kind == "memory":
+        return MemoryBackend()
+    if kind == "rocksdb":
+        if path is None:
+            raise ValueError("a rocksdb store needs a path")
+        return RocksDBBackend(path)
+    raise ValueError(f"unknown store backend '{kind}': expected 'memory' or 'rocksdb'")

@@ -45,3 +45,25 @@ class KillOnce(Processor):
             self.marker.touch()
             os.kill(os.getpid(), signal.SIGKILL)
         ctx.send(self.output, record.value, key=record.key)
+
+
+class CountPerKey(Processor):
+    """Running count per key in the `counts` store; emits every update to `params.output`."""
+
+    def init(self, ctx: Context) -> None:
+        self.output = str(ctx.params["output"])
+        self.counts = ctx.store("counts")
+
+    def process(self, record: Record, ctx: Context) -> None:
+        count = (self.counts.get(record.key) or 0) + 1
+        self.counts.put(record.key, count)
+        ctx.send(self.output, {"key": record.key, "count": count, "n": record.value["n"]}, key=record.key)
+
+
+class SlowCountPerKey(CountPerKey):
+    """CountPerKey at about 2,000 records/s per task, so a kill lands mid-stream."""
+
+    async def process(self, record: Record, ctx: Context) -> None:  # type: ignore[override]
+        if record.offset % 20 == 0:
+            await asyncio.sleep(0.01)
+        super().process(record, ctx)

@@ -14,6 +14,7 @@ from examples.payments.processors import ValidatePayment, rejection_reason
 from examples.payments.run import check
 from processors import Context, Record
 from processors.context import Punctuation
+from stores import KeyValueStore
 
 
 class FakeContext(Context):
@@ -41,6 +42,9 @@ class FakeContext(Context):
 
     def send(self, topic: str, value: Any, key: Any = None, headers: Sequence[tuple[str, bytes]] | None = None) -> None:
         self.sent.append((topic, key, value))
+
+    def store(self, name: str) -> KeyValueStore:
+        raise KeyError(f"the validator declares no store '{name}'")
 
     def schedule(self, every_ms: int, callback: Punctuation) -> None:
         raise AssertionError("ValidatePayment schedules nothing")

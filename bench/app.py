@@ -1,0 +1,144 @@
+"""Run the runtime as users do: an app YAML in a file and `python -m runtime app.yaml` in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ", re.MULTILINE)
+RATE_IN_LOG = re.compile(r"([0-9][0-9,_]*(?:\.[0-9]+)?)\s*(?:records|recs|msgs?)\s*/\s*s", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class AppSpec:
+    """One input topic, one output topic, one processor between them."""
+
+    app_id: str
+    bootstrap: str
+    input_topic: str
+    output_topic: str
+    partitions: int
+    processor_class: str
+    params: dict[str, Any] = field(default_factory=dict)
+    guarantee: str = "at_least_once"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_yaml(self) -> dict[str, Any]:
+        topic = {"partitions": self.partitions, "key_serde": "str", "value_serde": "msgpack"}
+        return {
+            "app_id": self.app_id,
+            "kafka": {"bootstrap_servers": self.bootstrap},
+            "topics": {self.input_topic: topic, self.output_topic: topic},
+            "processors": [
+                {
+                    "name": "transform",
+                    "class": self.processor_class,
+                    "inputs": [self.input_topic],
+                    "outputs": [self.output_topic],
+                    "params": {"output": self.output_topic, **self.params},
+                }
+            ],
+            "guarantee": self.guarantee,
+            **self.extra,
+        }
+
+    def write(self, directory: Path) -> Path:
+        path = directory / f"{self.app_id}.yaml"
+        path.write_text(yaml.safe_dump(self.to_yaml(), sort_keys=False))
+        return path
+
+
+class RuntimeProcess:
+    """`python -m runtime app.yaml [args]` with its output captured in a log file next to the YAML."""
+
+    def __init__(self, app_yaml: Path, *args: str) -> None:
+        self.log_path = app_yaml.with_suffix(".log")
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        }
+        command = [sys.executable, "-m", "runtime", str(app_yaml), *args]
+        self.started = time.perf_counter()
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                command,
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        self.finished: float | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the process to exit by itself; kill it and raise if it takes longer than `timeout`."""
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise RuntimeError(f"the runtime did not finish within {timeout:.0f}s; log: {self.log_path}") from None
+        self.finished = time.perf_counter()
+        return code
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        """SIGTERM, as a deployment stops it; SIGKILL if it does not exit within `timeout`."""
+        if self.running():
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.wait(timeout)
+        except RuntimeError:
+            return -signal.SIGKILL
+
+    @property
+    def wall_seconds(self) -> float:
+        end = self.finished if self.finished is not None else time.perf_counter()
+        return end - self.started
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def log_tail(self, lines: int = 25) -> str:
+        return "\n".join(self.log().splitlines()[-lines:])
+
+    def logged_span(self, first: str, last: str) -> float | None:
+        """Seconds between the first log line containing `first` and the last one containing `last`."""
+        times: dict[str, datetime] = {}
+        for line in self.log().splitlines():
+            stamp = LOG_TIME.match(line)
+            if stamp is None:
+                continue
+            when = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f")
+            if first in line and first not in times:
+                times[first] = when
+            if last in line:
+                times[last] = when
+        if first not in times or last not in times:
+            return None
+        return (times[last] - times[first]).total_seconds()
+
+    def logged_rate(self) -> float | None:
+        """The last `N records/s` figure the runtime logged, if it logs one."""
+        found = RATE_IN_LOG.findall(self.log())
+        if not found:
+            return None
+        return float(found[-1].replace(",", "").replace("_", ""))

@@ -1,0 +1,98 @@
+"""Input records: str keys and ~100-byte msgpack values, produced fast in per-partition batches."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import msgpack
+from aiokafka import AIOKafkaProducer
+
+from bench.broker import partition_for
+
+DISTINCT_KEYS = 10_000
+BATCH_BYTES = 512 * 1024
+
+
+def make_key(index: int) -> str:
+    return f"user-{index % DISTINCT_KEYS:06d}"
+
+
+def make_value(index: int) -> dict[str, Any]:
+    """About 100 bytes once msgpack-encoded."""
+    return {
+        "id": index,
+        "user": make_key(index),
+        "amount": round(index * 0.37 % 1000, 2),
+        "currency": "EUR",
+        "ts": 1_700_000_000_000 + index,
+        "note": "benchmark-payload",
+    }
+
+
+class BatchProducer:
+    """Appends encoded records into one open batch per partition and sends a batch when it is full."""
+
+    def __init__(self, producer: AIOKafkaProducer, topic: str, partitions: int) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._partitions = partitions
+        self._open: dict[int, Any] = {}
+        self._futures: list[asyncio.Future[Any]] = []
+
+    async def append(self, key: bytes, value: bytes, partition: int | None = None) -> None:
+        target = partition_for(key, self._partitions) if partition is None else partition
+        batch = self._open.get(target)
+        if batch is None:
+            batch = self._open[target] = self._producer.create_batch()
+        if batch.append(key=key, value=value, timestamp=None) is None:
+            await self._send(target, batch)
+            batch = self._open[target] = self._producer.create_batch()
+            batch.append(key=key, value=value, timestamp=None)
+
+    async def _send(self, partition: int, batch: Any) -> None:
+        self._futures.append(await self._producer.send_batch(batch, self._topic, partition=partition))
+
+    async def send_open(self) -> None:
+        """Send every open batch, without waiting for the acks."""
+        for partition, batch in self._open.items():
+            if batch.record_count():
+                await self._send(partition, batch)
+        self._open.clear()
+        pending = []
+        for future in self._futures:
+            if future.done():
+                future.result()  # raises if the batch was not delivered
+            else:
+                pending.append(future)
+        self._futures = pending
+
+    async def flush(self) -> None:
+        """Send every open batch and wait until all sent batches are acknowledged."""
+        await self.send_open()
+        futures, self._futures = self._futures, []
+        await asyncio.gather(*futures)
+
+
+async def fill_topic(bootstrap: str, topic: str, records: int, partitions: int) -> float:
+    """Produce `records` records into `topic`; returns the records per second achieved."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", max_batch_size=BATCH_BYTES, max_request_size=4 * BATCH_BYTES
+    )
+    await producer.start()
+    started = time.perf_counter()
+    try:
+        packer = msgpack.Packer()
+        keys = [make_key(i).encode() for i in range(DISTINCT_KEYS)]
+        targets = [partition_for(key, partitions) for key in keys]
+        out = BatchProducer(producer, topic, partitions)
+        for index in range(records):
+            slot = index % DISTINCT_KEYS
+            await out.append(keys[slot], packer.pack(make_value(index)), targets[slot])
+            if index % 100_000 == 99_999:
+                await out.flush()
+        await out.flush()
+    finally:
+        await producer.stop()
+    return records / (time.perf_counter() - started)

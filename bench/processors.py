@@ -1,0 +1,43 @@
+"""Processors the benchmark apps run."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from processors import Context, Processor, Record
+
+
+class Transform(Processor):
+    """Stateless: adds a field to each value and sends it on under the same key.
+
+    params: `output`, the topic to send to.
+    """
+
+    def init(self, ctx: Context) -> None:
+        self._output = str(ctx.params["output"])
+
+    def process(self, record: Record, ctx: Context) -> None:
+        ctx.send(self._output, {**record.value, "seen": True}, key=record.key)
+
+
+class PacedTransform(Processor):
+    """Like `Transform`, but at most `records_per_second` per task: it sleeps between records.
+
+    The sleeps are paced against a clock rather than being a fixed delay per record, so the rate
+    holds although the event loop's timers are coarser than the gap between two records.
+    params: `output`, `records_per_second`.
+    """
+
+    def init(self, ctx: Context) -> None:
+        self._output = str(ctx.params["output"])
+        self._interval = 1.0 / float(ctx.params["records_per_second"])
+        self._next = time.monotonic()
+
+    async def process(self, record: Record, ctx: Context) -> None:
+        now = time.monotonic()
+        due = max(self._next, now)
+        if due > now:
+            await asyncio.sleep(due - now)
+        self._next = due + self._interval
+        ctx.send(self._output, {**record.value, "seen": True}, key=record.key)

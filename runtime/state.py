@@ -1,0 +1,94 @@
+"""A task's stores: opened on assignment, restored from their changelogs, flushed at commit, closed on revoke."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiokafka import TopicPartition
+
+from processors.serdes import resolve_serde
+from runtime.config import AppConfig, ProcessorConfig, StoreConfig
+from runtime.outputs import Outputs
+from stores import KeyValueStore, StoreCorrupted, StoreLocked, open_backend, wipe
+
+log = logging.getLogger(__name__)
+
+LOCK_RETRIES = 150  # 30 s: the previous owner on this machine closes it after its last commit
+
+
+@dataclass
+class TaskStore:
+    name: str
+    spec: StoreConfig
+    path: Path
+    store: KeyValueStore
+    changelog: TopicPartition | None
+
+
+def store_path(config: AppConfig, store: str, partition: int) -> Path:
+    return config.state_dir / config.app_id / store / str(partition)
+
+
+class TaskState:
+    """Owns the store instances of one task (processor x partition)."""
+
+    def __init__(self, config: AppConfig, spec: ProcessorConfig, partition: int, outputs: Outputs):
+        self.partition = partition
+        self._config = config
+        self._spec = spec
+        self._outputs = outputs
+        self.stores: dict[str, TaskStore] = {}
+
+    async def open(self) -> None:
+        """Open every store; a store another task on this machine still closes is waited for."""
+        for name, spec in self._spec.stores.items():
+            changelog = TopicPartition(self._config.changelog_topic(name), self.partition) if spec.changelog else None
+            path = store_path(self._config, name, self.partition)
+            for attempt in range(LOCK_RETRIES):
+                try:
+                    store = self._open(name, spec, path, changelog)
+                    break
+                except StoreLocked:
+                    if attempt == LOCK_RETRIES - 1:
+                        raise
+                    await asyncio.sleep(0.2)
+            self.stores[name] = TaskStore(name, spec, path, store, changelog)
+
+    def _open(self, name: str, spec: StoreConfig, path: Path, changelog: TopicPartition | None) -> KeyValueStore:
+        try:
+            backend = open_backend(spec.backend, path)
+        except StoreCorrupted as error:
+            log.warning("store %s partition %d is damaged (%s): wiping it to rebuild from its changelog",
+                        name, self.partition, error)  # fmt: skip
+            wipe(path)
+            backend = open_backend(spec.backend, path)
+        on_change = None
+        if changelog is not None:
+            append, topic, partition = self._outputs.append, changelog.topic, changelog.partition
+
+            def on_change(key: bytes, value: bytes | None) -> None:
+                append(topic, key, value, partition=partition)
+
+        return KeyValueStore(
+            backend, resolve_serde(spec.key_serde), resolve_serde(spec.value_serde), on_change, name=name
+        )
+
+    def rebuild(self, name: str) -> None:
+        """Drop the local copy of a store (ahead of its changelog) and start empty."""
+        entry = self.stores[name]
+        entry.store.wipe()
+
+    def flush(self) -> None:
+        """Write pending changes with the changelog offset they are covered by (after the acks)."""
+        for entry in self.stores.values():
+            offset = None
+            if entry.changelog is not None:
+                offset = self._outputs.acked_ends.get((entry.changelog.topic, entry.changelog.partition))
+            entry.store.flush(offset)
+
+    def close(self) -> None:
+        for entry in self.stores.values():
+            entry.store.close()

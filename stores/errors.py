@@ -1,0 +1,21 @@
+"""Why a store cannot be used, told apart so the engine knows whether to wipe it or wait."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """A state store cannot be opened or read."""
+
+
+class StoreCorrupted(StoreError):
+    """The store's files are missing, truncated or fail their checksums.
+
+    Its contents cannot be trusted: the engine wipes the store and restores it from the changelog.
+    """
+
+
+class StoreLocked(StoreError):
+    """Another process (or a store in this one that is still open) holds the store's lock.
+
+    Not a corruption: the owner is usually closing it after a rebalance, so retry, never wipe.
+    """

@@ -1,0 +1,210 @@
+"""A backend in RocksDB (via rocksdict, raw bytes), one database directory per store and partition.
+
+The data lives in the default column family and the changelog offset in a column family of its
+own, so iteration never meets it and one WriteBatch updates both atomically. Every database of
+the process shares one block cache and one memtable budget: with a cache per database, memory
+grows with the number of partitions.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    Checkpoint,
+    ColumnFamily,
+    DBCompressionType,
+    IngestExternalFileOptions,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+    WriteBufferManager,
+)
+
+from stores.backend import Change
+from stores.errors import StoreCorrupted, StoreError, StoreLocked
+
+BLOCK_CACHE_BYTES = 64 * 1024 * 1024
+"""Block cache of the whole process; index and filter blocks are charged to it too."""
+
+MEMTABLE_BYTES = 32 * 1024 * 1024
+"""Memtables of all databases of the process together; past it the largest is flushed."""
+
+_META_COLUMN_FAMILY = "changelog"
+_OFFSET_KEY = b"offset"
+_OFFSET = struct.Struct(">q")
+
+# Names RocksDB and rocksdict create in a database directory; `wipe` deletes nothing else.
+_DB_FILES = ("CURRENT", "IDENTITY", "LOCK", "LOG", "MANIFEST-", "OPTIONS-", "rocksdict-config.json")
+_DB_SUFFIXES = (".sst", ".log", ".blob", ".dbtmp")
+
+
+@functools.cache
+def _shared_memory() -> tuple[Cache, WriteBufferManager]:
+    """Created once, on the first open, and shared by every database of the process."""
+    cache = Cache(BLOCK_CACHE_BYTES)
+    memtables = WriteBufferManager.new_write_buffer_manager_with_cache(MEMTABLE_BYTES, False, cache)
+    return cache, memtables
+
+
+def _options(create: bool) -> Options:
+    cache, memtables = _shared_memory()
+    table = BlockBasedOptions()
+    table.set_block_cache(cache)
+    table.set_bloom_filter(10, False)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    options = Options(raw_mode=True)
+    options.create_if_missing(create)
+    options.create_missing_column_families(True)
+    options.set_block_based_table_factory(table)
+    options.set_write_buffer_manager(memtables)
+    options.set_compression_type(DBCompressionType.lz4())
+    options.set_bottommost_compression_type(DBCompressionType.zstd())
+    # The offset's column family flushes with the data, so no WAL file waits for its tiny memtable.
+    options.set_atomic_flush(True)
+    options.set_keep_log_file_num(2)
+    return options
+
+
+def _is_corruption(exc: Exception) -> bool:
+    return str(exc).startswith("Corruption")
+
+
+def _open_error(path: Path, exc: Exception) -> StoreError:
+    message = str(exc)
+    if "While lock file" in message or "lock hold by" in message:
+        return StoreLocked(f"store {path} is in use: {message}")
+    return StoreCorrupted(f"store {path} cannot be opened: {message}")
+
+
+class RocksDBBackend:
+    """A RocksDB database at `path`, created when the directory is missing or empty.
+
+    Raises `StoreCorrupted` when the directory holds a database that cannot be opened (missing
+    or damaged files; data blocks are checked when read), `StoreLocked` when it is open elsewhere.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._path = Path(path)
+        self._db, self._meta, self._offset = self._open()
+
+    def _open(self) -> tuple[Rdict, ColumnFamily | None, int | None]:
+        create = not self._path.exists() or not any(self._path.iterdir())
+        try:
+            db = Rdict(str(self._path), _options(create), column_families={_META_COLUMN_FAMILY: _options(create)})
+        except Exception as exc:
+            raise _open_error(self._path, exc) from exc
+        meta = db.get_column_family(_META_COLUMN_FAMILY)
+        stored = meta.get(_OFFSET_KEY)
+        del meta  # a column family object keeps the database, and its lock, alive
+        offset = None if stored is None else _OFFSET.unpack(stored)[0]
+        return db, db.get_column_family_handle(_META_COLUMN_FAMILY), offset
+
+    def get(self, key: bytes) -> bytes | None:
+        try:
+            value: bytes | None = self._db.get(key)
+        except Exception as exc:
+            if _is_corruption(exc):
+                raise StoreCorrupted(f"store {self._path}: {exc}") from exc
+            raise
+        return value
+
+    def items(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        # A raw iterator, not `Rdict.items()`: that one ends quietly on a damaged block.
+        read_options = ReadOptions()
+        if end is not None:
+            read_options.set_iterate_upper_bound(end)
+        iterator = self._db.iter(read_options)
+        try:
+            if start is None:
+                iterator.seek_to_first()
+            else:
+                iterator.seek(start)
+            valid, key, value, step = iterator.valid, iterator.key, iterator.value, iterator.next
+            while valid():
+                yield key(), value()
+                step()
+            iterator.status()
+        except Exception as exc:
+            if _is_corruption(exc):
+                raise StoreCorrupted(f"store {self._path}: {exc}") from exc
+            raise
+
+    def write(self, changes: Iterable[Change], changelog_offset: int | None) -> None:
+        batch = WriteBatch(raw_mode=True)
+        put, delete = batch.put, batch.delete
+        for key, value in changes:
+            if value is None:
+                delete(key)
+            else:
+                put(key, value)
+        if changelog_offset is not None:
+            batch.put(_OFFSET_KEY, _OFFSET.pack(changelog_offset), self._meta)
+        if batch.is_empty():
+            return
+        try:
+            self._db.write(batch)
+        except Exception as exc:
+            if _is_corruption(exc):
+                raise StoreCorrupted(f"store {self._path}: {exc}") from exc
+            raise
+        if changelog_offset is not None:
+            self._offset = changelog_offset
+
+    def changelog_offset(self) -> int | None:
+        return self._offset
+
+    def approximate_count(self) -> int:
+        return self._db.property_int_value("rocksdb.estimate-num-keys") or 0
+
+    def checkpoint(self, target: str | os.PathLike[str]) -> None:
+        """A consistent copy (hard links where possible) in a new directory, with the offset."""
+        Checkpoint(self._db).create_checkpoint(str(target))
+
+    def ingest(self, sst_files: Sequence[str | os.PathLike[str]], changelog_offset: int | None) -> None:
+        """Load SST files (raw-mode keys, e.g. a snapshot), then record the offset they cover.
+
+        Not one atomic step, so the offset goes last: a crash in between leaves the old offset,
+        and replaying the changelog from there over the newer data ends in the same state.
+        """
+        self._db.ingest_external_file([str(file) for file in sst_files], IngestExternalFileOptions())
+        self.write((), changelog_offset)
+
+    def wipe(self) -> None:
+        self.close()
+        wipe(self._path)
+        self._db, self._meta, self._offset = self._open()
+
+    def close(self) -> None:
+        """Flush and release the lock, so another process can open the store at once; idempotent."""
+        if self._meta is None:  # closed already
+            return
+        self._meta = None  # the handle would keep the database, and its lock, alive
+        self._db.close()
+
+
+def wipe(path: str | os.PathLike[str]) -> None:
+    """Delete a closed store's directory; refuses a directory holding anything RocksDB did not write.
+
+    The check keeps a misconfigured state directory from costing anyone their files.
+    """
+    directory = Path(path)
+    if not directory.exists():
+        return
+    strangers = [
+        entry.name
+        for entry in directory.iterdir()
+        if entry.is_dir() or not (entry.name.startswith(_DB_FILES) or entry.name.endswith(_DB_SUFFIXES))
+    ]
+    if strangers:
+        raise StoreError(f"not wiping {directory}: it holds files that are not a store's: {sorted(strangers)[:5]}")
+    shutil.rmtree(directory)

@@ -1,0 +1,131 @@
+"""The key-value store a processor gets from `ctx.store(name)`.
+
+Writes wait in a pending buffer until the engine flushes them, with the changelog offset they
+reach, in one atomic backend write; under exactly-once it flushes only after the transaction
+commits and discards the buffer when it aborts, so the backend never holds uncommitted state.
+Reads see the buffer laid over the backend, so a processor always reads its own writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from processors.serdes import Serde, resolve_serde
+from stores.backend import Backend, Change
+from stores.ranges import overlay, prefix_end
+
+OnChange = Callable[[bytes, bytes | None], None]
+"""Told of every put (key and value bytes) and delete (key bytes and `None`): the changelog feed."""
+
+
+class KeyValueStore:
+    """Keys and values go through the store's serdes (msgpack unless configured).
+
+    Range and prefix reads follow the order of the encoded key bytes. That is the natural order
+    for `str` and `bytes` keys; with msgpack only non-negative integers sort numerically, and
+    strings sort by length first, so prefix reads are meant for `str` and `bytes` key serdes.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        key_serde: Serde | None = None,
+        value_serde: Serde | None = None,
+        on_change: OnChange | None = None,
+        *,
+        name: str = "store",
+    ) -> None:
+        self.name = name
+        self.on_change = on_change
+        self._backend = backend
+        self._keys = key_serde or resolve_serde("msgpack")
+        self._values = value_serde or resolve_serde("msgpack")
+        self._pending: dict[bytes, bytes | None] = {}
+
+    @property
+    def pending_count(self) -> int:
+        """Keys written since the last flush; the engine flushes or commits before it grows too far."""
+        return len(self._pending)
+
+    def changelog_offset(self) -> int | None:
+        """The next changelog offset to restore from (as of the last flush or restore)."""
+        return self._backend.changelog_offset()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        key_bytes = self._keys.serialize(key)
+        pending = self._pending
+        value = pending[key_bytes] if key_bytes in pending else self._backend.get(key_bytes)
+        if value is None:
+            return default
+        return self._values.deserialize(value)
+
+    def put(self, key: Any, value: Any) -> None:
+        key_bytes = self._keys.serialize(key)
+        value_bytes = self._values.serialize(value)
+        if self.on_change is not None:
+            self.on_change(key_bytes, value_bytes)
+        self._pending[key_bytes] = value_bytes
+
+    def delete(self, key: Any) -> None:
+        key_bytes = self._keys.serialize(key)
+        if self.on_change is not None:
+            self.on_change(key_bytes, None)
+        self._pending[key_bytes] = None
+
+    def range(self, start: Any = None, end: Any = None) -> Iterator[tuple[Any, Any]]:
+        """Decoded pairs with `start <= key < end` by encoded key bytes; `None` leaves a side open.
+
+        Writes made while iterating do not show in the iteration.
+        """
+        lower = None if start is None else self._keys.serialize(start)
+        upper = None if end is None else self._keys.serialize(end)
+        return self._decoded(self._merged(lower, upper))
+
+    def prefix(self, prefix: bytes | str) -> Iterator[tuple[Any, Any]]:
+        """Decoded pairs whose encoded key starts with `prefix` (UTF-8 when a `str`), in key order."""
+        raw = prefix.encode() if isinstance(prefix, str) else prefix
+        return self._decoded(self._merged(raw, prefix_end(raw)))
+
+    def approximate_count(self) -> int:
+        """The backend's estimate of its key count; writes not yet flushed are not counted."""
+        return self._backend.approximate_count()
+
+    def flush(self, changelog_offset: int | None = None) -> None:
+        """Write the pending buffer and the changelog offset it reaches, atomically."""
+        if self._pending or changelog_offset is not None:
+            self._backend.write(self._pending.items(), changelog_offset)
+        self._pending = {}
+
+    def discard(self) -> None:
+        """Drop the pending buffer, e.g. when its exactly-once transaction aborted."""
+        self._pending = {}
+
+    def restore(self, changes: Iterable[Change], next_offset: int) -> None:
+        """Apply raw changelog records and the offset after them in one write, without `on_change`."""
+        if self._pending:
+            raise RuntimeError(f"store '{self.name}': restore with {len(self._pending)} unflushed writes")
+        self._backend.write(changes, next_offset)
+
+    def wipe(self) -> None:
+        """Drop all state and the offset, without changelog records: only before a full restore."""
+        self._pending = {}
+        self._backend.wipe()
+
+    def close(self) -> None:
+        """Close the backend; unflushed writes are dropped, as they were never committed."""
+        self._pending = {}
+        self._backend.close()
+
+    def _merged(self, lower: bytes | None, upper: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        changes = sorted(
+            (key, value)
+            for key, value in self._pending.items()
+            if (lower is None or key >= lower) and (upper is None or key < upper)
+        )
+        return overlay(self._backend.items(lower, upper), changes)
+
+    def _decoded(self, pairs: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[Any, Any]]:
+        decode_key, decode_value = self._keys.deserialize, self._values.deserialize
+        for key, value in pairs:
+            yield decode_key(key), decode_value(value)

@@ -1,0 +1,298 @@
+"""`python -m runtime app.yaml` on broken YAML: exit 2, no traceback, the field path and what was expected.
+
+Every run has a guard that ends the process on any network connection, and KAFKA_BOOTSTRAP_SERVERS
+points at a port nothing listens on: a config error must be reported before the runtime connects.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from runtime.config import parse_app
+from tests.config_cli_support import GUARD_EXIT, GUARD_MARKER, UNREACHABLE, install_network_guard, run_cli, write_yaml
+
+EXIT_CONFIG = 2
+
+VALID: dict[str, Any] = {
+    "app_id": "cli-check",
+    "kafka": {"bootstrap_servers": UNREACHABLE},
+    "topics": {
+        "orders": {"partitions": 3, "key_serde": "str", "value_serde": "json"},
+        "refunds": {"partitions": 3},
+        "out": {"partitions": 3},
+    },
+    "processors": [
+        {"name": "route", "class": "processors:Processor", "inputs": ["orders"], "outputs": ["out"]},
+    ],
+}
+
+Edit = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    edit: Edit | None = None  # applied to a copy of VALID
+    text: str | None = None  # the file's text instead
+    expected: tuple[str, ...] = ()  # regexes that must all match stderr
+
+
+def processor(app: dict[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = app["processors"][0]
+    return found
+
+
+def set_topic(name: str, **fields: Any) -> Edit:
+    def edit(app: dict[str, Any]) -> None:
+        app["topics"].setdefault(name, {}).update(fields)
+
+    return edit
+
+
+def set_processor(**fields: Any) -> Edit:
+    return lambda app: processor(app).update(fields)
+
+
+def set_top(**fields: Any) -> Edit:
+    return lambda app: app.update(fields)
+
+
+def remove(field: str) -> Edit:
+    return lambda app: app.pop(field)
+
+
+def both(first: Edit, second: Edit) -> Edit:
+    def edit(app: dict[str, Any]) -> None:
+        first(app)
+        second(app)
+
+    return edit
+
+
+CASES = [
+    Case("missing app_id", remove("app_id"), expected=(r"(?m)^\s*app_id: Field required$",)),
+    Case("missing processors", remove("processors"), expected=(r"(?m)^\s*processors: Field required$",)),
+    Case("empty processors", set_top(processors=[]), expected=(r"processors: List should have at least 1 item",)),
+    Case(
+        "missing processor inputs",
+        lambda app: processor(app).pop("inputs"),
+        expected=(r"processors\[0\]\.inputs: Field required",),
+    ),
+    Case(
+        "commit interval not a number",
+        set_top(commit_interval_ms="soon"),
+        expected=(r"commit_interval_ms: Input should be a valid integer",),
+    ),
+    Case(
+        "negative partitions",
+        set_topic("orders", partitions=-1),
+        expected=(r"topics\.orders\.partitions: Input should be greater than or equal to 1",),
+    ),
+    Case(
+        "guarantee not one of the choices",
+        set_top(guarantee="exactly_twice"),
+        expected=(r"guarantee: Input should be 'at_most_once' or 'at_least_once'",),
+    ),
+    Case(
+        "unknown processor class",
+        set_processor(**{"class": "no.such:Thing"}),
+        expected=(r"processors\[0\]\.class: cannot import processor class 'no\.such:Thing'",),
+    ),
+    Case(
+        "processor class path without a class",
+        set_processor(**{"class": "processors"}),
+        expected=(r"processors\[0\]\.class: .*not an import path like 'package\.module:Name'",),
+    ),
+    Case(
+        "class that is not a Processor",
+        set_processor(**{"class": "processors.record:Record"}),
+        expected=(r"processors\[0\]\.class: 'processors\.record:Record' is not a subclass of processors\.Processor",),
+    ),
+    Case(
+        "function instead of a class",
+        set_processor(**{"class": "json:dumps"}),
+        expected=(r"processors\[0\]\.class: 'json:dumps' is not a subclass of processors\.Processor",),
+    ),
+    Case(
+        "unknown serde",
+        set_topic("orders", value_serde="yaml"),
+        expected=(r"topics\.orders\.value_serde: unknown serde 'yaml'", r"import path"),
+    ),
+    Case(
+        "serde class that does not exist",
+        set_topic("out", key_serde="processors.serdes:NoSuchSerde"),
+        expected=(r"topics\.out\.key_serde: unknown serde 'processors\.serdes:NoSuchSerde'.*has no attribute",),
+    ),
+    Case(
+        "serde class without serialize and deserialize",
+        set_topic("out", key_serde="processors.record:Headers"),
+        expected=(r"topics\.out\.key_serde: unknown serde .*serialize\(obj\) and deserialize\(data\)",),
+    ),
+    Case(
+        "input not declared under topics",
+        set_processor(inputs=["orders", "nowhere"]),
+        expected=(r"processors\[0\]\.inputs: topic 'nowhere' is not declared under topics",),
+    ),
+    Case(
+        "output not declared under topics",
+        set_processor(outputs=["elsewhere"]),
+        expected=(r"processors\[0\]\.outputs: topic 'elsewhere' is not declared under topics",),
+    ),
+    Case(
+        "inputs not co-partitioned",
+        both(set_topic("refunds", partitions=6), set_processor(inputs=["orders", "refunds"])),
+        expected=(r"processors\[0\]\.inputs: .*co-partitioned", r"'orders': 3", r"'refunds': 6"),
+    ),
+    Case(
+        "resume_at equal to pause_at",
+        set_top(queue={"pause_at": 500, "resume_at": 500}),
+        expected=(r"queue: resume_at \(500\) must be below pause_at \(500\)",),
+    ),
+    Case(
+        "resume_at above pause_at",
+        set_top(queue={"pause_at": 100, "resume_at": 700}),
+        expected=(r"queue: resume_at \(700\) must be below pause_at \(100\)",),
+    ),
+    Case(
+        "typo in a top-level field",
+        set_top(comit_interval_ms=200),
+        expected=(r"(?m)^\s*comit_interval_ms: Extra inputs are not permitted$",),
+    ),
+    Case(
+        "typo in a nested field",
+        set_topic("orders", partitons=3),
+        expected=(r"topics\.orders\.partitons: Extra inputs are not permitted",),
+    ),
+    Case(
+        "invalid topic name",
+        set_topic("bad topic!", partitions=1),
+        expected=(r"topics: 'bad topic!' is not a valid Kafka topic name",),
+    ),
+    Case(
+        "unset environment variable",
+        lambda app: processor(app).update(params={"token": "${NOPE_VAR}"}),
+        expected=(r"processors\[0\]\.params\.token: environment variable NOPE_VAR is not set",),
+    ),
+    Case(
+        "unset environment variable in kafka options",
+        set_top(kafka={"bootstrap_servers": UNREACHABLE, "client": {"sasl_plain_password": "${NOPE_SECRET}"}}),
+        expected=(r"kafka\.client\.sasl_plain_password: environment variable NOPE_SECRET is not set",),
+    ),
+    Case(
+        "invalid YAML syntax",
+        text="app_id: broken\ntopics:\n  orders: {partitions: 3\nprocessors: []\n",
+        expected=(r"is not valid YAML", r"line \d+, column \d+"),
+    ),
+    Case(
+        "tab indentation",
+        text="app_id: broken\ntopics:\n\torders: {}\n",
+        expected=(r"is not valid YAML", r"line 3"),
+    ),
+    Case("empty file", text="", expected=(r"\(top level\): expected a mapping with app_id, topics and processors",)),
+    Case("a list, not a mapping", text="- app_id: x\n", expected=(r"\(top level\): expected a mapping",)),
+]
+
+
+@pytest.fixture(scope="module")
+def guard_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return install_network_guard(tmp_path_factory.mktemp("network-guard"))
+
+
+def assert_config_error(stderr: str, returncode: int, app: Path, expected: tuple[str, ...]) -> None:
+    assert GUARD_MARKER not in stderr, f"the runtime connected before reporting the config error:\n{stderr}"
+    assert "Traceback" not in stderr, stderr
+    assert returncode == EXIT_CONFIG, stderr
+    assert stderr.startswith(f"error in {app}:\n"), stderr
+    for pattern in expected:
+        assert re.search(pattern, stderr), f"{pattern!r} not in:\n{stderr}"
+
+
+def test_the_valid_app_is_valid_and_the_guard_stops_its_first_connection(guard_dir: Path, tmp_path: Path) -> None:
+    """Each case differs from VALID in one way; the guard would catch a runtime that connects first."""
+    parse_app(copy.deepcopy(VALID))
+    result = run_cli(write_yaml(tmp_path / "app.yaml", VALID), guard_dir)
+    assert result.returncode == GUARD_EXIT, result.stderr
+    assert GUARD_MARKER in result.stderr
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_config_error_is_reported_before_connecting(case: Case, guard_dir: Path, tmp_path: Path) -> None:
+    path = tmp_path / "app.yaml"
+    if case.text is not None:
+        path.write_text(case.text)
+    else:
+        app = copy.deepcopy(VALID)
+        assert case.edit is not None
+        case.edit(app)
+        write_yaml(path, app)
+    result = run_cli(path, guard_dir)
+    assert_config_error(result.stderr, result.returncode, path, case.expected)
+
+
+def test_missing_file(guard_dir: Path, tmp_path: Path) -> None:
+    path = tmp_path / "missing.yaml"
+    result = run_cli(path, guard_dir)
+    assert_config_error(result.stderr, result.returncode, path, (rf"cannot read {re.escape(str(path))}: No such file",))
+
+
+def test_directory_instead_of_file(guard_dir: Path, tmp_path: Path) -> None:
+    result = run_cli(tmp_path, guard_dir)
+    assert_config_error(result.stderr, result.returncode, tmp_path, (rf"cannot read {re.escape(str(tmp_path))}: ",))
+
+
+def test_every_problem_is_reported_at_once(guard_dir: Path, tmp_path: Path) -> None:
+    app = copy.deepcopy(VALID)
+    app["commit_interval_ms"] = "soon"
+    app["topics"]["orders"]["partitions"] = 0
+    processor(app)["class"] = "no.such:Thing"
+    path = write_yaml(tmp_path / "app.yaml", app)
+    result = run_cli(path, guard_dir)
+    expected = (r"commit_interval_ms: ", r"topics\.orders\.partitions: ", r"processors\[0\]\.class: ")
+    assert_config_error(result.stderr, result.returncode, path, expected)
+
+
+BROKEN_MODULES = {
+    "raises_at_import": 'raise RuntimeError("boom at import")\n',
+    "bad_syntax": "def process(:\n",
+}
+
+
+@pytest.fixture
+def broken_modules(tmp_path: Path) -> Path:
+    directory = tmp_path / "user_code"
+    directory.mkdir()
+    for name, text in BROKEN_MODULES.items():
+        (directory / f"{name}.py").write_text(text)
+    return directory
+
+
+@pytest.mark.parametrize("module", sorted(BROKEN_MODULES))
+@pytest.mark.parametrize("field", ["processor class", "serde"])
+def test_user_module_that_fails_to_import(
+    module: str, field: str, guard_dir: Path, broken_modules: Path, tmp_path: Path
+) -> None:
+    app = copy.deepcopy(VALID)
+    if field == "processor class":
+        processor(app)["class"] = f"{module}:Thing"
+        expected = rf"processors\[0\]\.class: .*{module}"
+    else:
+        app["topics"]["out"]["value_serde"] = f"{module}:Thing"
+        expected = rf"topics\.out\.value_serde: .*{module}"
+    path = write_yaml(tmp_path / "app.yaml", app)
+    result = run_cli(path, guard_dir, importable=broken_modules)
+    assert_config_error(result.stderr, result.returncode, path, (expected,))
+
+
+def test_numeric_topic_name_is_the_topic_of_that_name() -> None:
+    app = copy.deepcopy(VALID)
+    app["topics"][123] = {"partitions": 1}  # written unquoted, YAML reads an int: Kafka allows "123"
+    config = parse_app(yaml.safe_load(yaml.safe_dump(app)))
+    assert config.topics["123"].partitions == 1

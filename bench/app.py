@@ -7,12 +7,15 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +25,7 @@ RATE_IN_LOG = re.compile(r"([0-9][0-9,_]*(?:\.[0-9]+)?)\s*(?:records|recs|msgs?)
 
 @dataclass(frozen=True)
 class AppSpec:
-    """One input topic, one output topic, one processor between them."""
+    """One input topic, one output topic, one processor between them (with its `stores:`, if any)."""
 
     app_id: str
     bootstrap: str
@@ -33,22 +36,25 @@ class AppSpec:
     params: dict[str, Any] = field(default_factory=dict)
     guarantee: str = "at_least_once"
     extra: dict[str, Any] = field(default_factory=dict)
+    processor_name: str = "transform"
+    stores: dict[str, Any] = field(default_factory=dict)
 
     def to_yaml(self) -> dict[str, Any]:
         topic = {"partitions": self.partitions, "key_serde": "str", "value_serde": "msgpack"}
+        processor: dict[str, Any] = {
+            "name": self.processor_name,
+            "class": self.processor_class,
+            "inputs": [self.input_topic],
+            "outputs": [self.output_topic],
+            "params": {"output": self.output_topic, **self.params},
+        }
+        if self.stores:
+            processor["stores"] = self.stores
         return {
             "app_id": self.app_id,
             "kafka": {"bootstrap_servers": self.bootstrap},
             "topics": {self.input_topic: topic, self.output_topic: topic},
-            "processors": [
-                {
-                    "name": "transform",
-                    "class": self.processor_class,
-                    "inputs": [self.input_topic],
-                    "outputs": [self.output_topic],
-                    "params": {"output": self.output_topic, **self.params},
-                }
-            ],
+            "processors": [processor],
             "guarantee": self.guarantee,
             **self.extra,
         }
@@ -62,14 +68,17 @@ class AppSpec:
 class RuntimeProcess:
     """`python -m runtime app.yaml [args]` with its output captured in a log file next to the YAML."""
 
-    def __init__(self, app_yaml: Path, *args: str) -> None:
+    def __init__(self, app_yaml: Path, *args: str, profile: bool = False) -> None:
+        """With `profile`, the runtime runs under cProfile, which writes `profile_path` (`.prof` next to the log)."""
         self.log_path = app_yaml.with_suffix(".log")
+        self.profile_path = app_yaml.with_suffix(".prof") if profile else None
         env = {
             **os.environ,
             "PYTHONUNBUFFERED": "1",
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
         }
-        command = [sys.executable, "-m", "runtime", str(app_yaml), *args]
+        profiler = ["-m", "cProfile", "-o", str(self.profile_path)] if self.profile_path else []
+        command = [sys.executable, *profiler, "-m", "runtime", str(app_yaml), *args]
         self.started = time.perf_counter()
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
@@ -81,6 +90,7 @@ class RuntimeProcess:
                 stdin=subprocess.DEVNULL,
             )
         self.finished: float | None = None
+        self.peak_rss = 0
 
     @property
     def pid(self) -> int:
@@ -99,6 +109,23 @@ class RuntimeProcess:
             raise RuntimeError(f"the runtime did not finish within {timeout:.0f}s; log: {self.log_path}") from None
         self.finished = time.perf_counter()
         return code
+
+    def wait_sampling_rss(self, timeout: float, interval: float = 0.1) -> int:
+        """`wait`, while a thread samples the RSS of the process tree every `interval` seconds into `peak_rss`."""
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                self.peak_rss = max(self.peak_rss, tree_rss(self.pid))
+                done.wait(interval)
+
+        sampler = threading.Thread(target=sample, name="rss sampler", daemon=True)
+        sampler.start()
+        try:
+            return self.wait(timeout)
+        finally:
+            done.set()
+            sampler.join()
 
     def terminate(self, timeout: float = 60.0) -> int:
         """SIGTERM, as a deployment stops it; SIGKILL if it does not exit within `timeout`."""
@@ -120,14 +147,17 @@ class RuntimeProcess:
     def log_tail(self, lines: int = 25) -> str:
         return "\n".join(self.log().splitlines()[-lines:])
 
+    def timed_lines(self) -> Iterator[tuple[datetime, str]]:
+        """The log lines that start with a timestamp, with it parsed (millisecond resolution)."""
+        for line in self.log().splitlines():
+            stamp = LOG_TIME.match(line)
+            if stamp is not None:
+                yield datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f"), line
+
     def logged_span(self, first: str, last: str) -> float | None:
         """Seconds between the first log line containing `first` and the last one containing `last`."""
         times: dict[str, datetime] = {}
-        for line in self.log().splitlines():
-            stamp = LOG_TIME.match(line)
-            if stamp is None:
-                continue
-            when = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f")
+        for when, line in self.timed_lines():
             if first in line and first not in times:
                 times[first] = when
             if last in line:
@@ -142,3 +172,39 @@ class RuntimeProcess:
         if not found:
             return None
         return float(found[-1].replace(",", "").replace("_", ""))
+
+
+def tree_rss(pid: int) -> int:
+    """RSS of the process and its children (the runtime may start worker processes)."""
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for process in processes:
+        try:
+            total += int(process.memory_info().rss)
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+@dataclass(frozen=True)
+class DiskUsage:
+    """A directory tree's files: the bytes they hold, and the bytes allocated for them (as `du` counts)."""
+
+    files: int
+    file_bytes: int
+    allocated_bytes: int
+
+
+def disk_usage(directory: Path) -> DiskUsage:
+    files = file_bytes = allocated = 0
+    for path in directory.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            stat = path.stat()
+            files += 1
+            file_bytes += stat.st_size
+            allocated += stat.st_blocks * 512
+    return DiskUsage(files, file_bytes, allocated)

@@ -15,15 +15,16 @@ DISTINCT_KEYS = 10_000
 BATCH_BYTES = 512 * 1024
 
 
-def make_key(index: int) -> str:
-    return f"user-{index % DISTINCT_KEYS:06d}"
+def make_key(index: int, keys: int = DISTINCT_KEYS) -> str:
+    """The key of record `index` when the input has `keys` distinct keys."""
+    return f"user-{index % keys:06d}"
 
 
-def make_value(index: int) -> dict[str, Any]:
+def make_value(index: int, keys: int = DISTINCT_KEYS) -> dict[str, Any]:
     """About 100 bytes once msgpack-encoded."""
     return {
         "id": index,
-        "user": make_key(index),
+        "user": make_key(index, keys),
         "amount": round(index * 0.37 % 1000, 2),
         "currency": "EUR",
         "ts": 1_700_000_000_000 + index,
@@ -75,8 +76,11 @@ class BatchProducer:
         await asyncio.gather(*futures)
 
 
-async def fill_topic(bootstrap: str, topic: str, records: int, partitions: int) -> float:
-    """Produce `records` records into `topic`; returns the records per second achieved."""
+async def fill_topic(bootstrap: str, topic: str, records: int, partitions: int, keys: int = DISTINCT_KEYS) -> float:
+    """Produce `records` records over `keys` distinct keys (record i has key i mod `keys`) into `topic`.
+
+    Returns the records per second achieved.
+    """
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, acks="all", max_batch_size=BATCH_BYTES, max_request_size=4 * BATCH_BYTES
     )
@@ -84,12 +88,12 @@ async def fill_topic(bootstrap: str, topic: str, records: int, partitions: int) 
     started = time.perf_counter()
     try:
         packer = msgpack.Packer()
-        keys = [make_key(i).encode() for i in range(DISTINCT_KEYS)]
-        targets = [partition_for(key, partitions) for key in keys]
+        encoded = [make_key(i, keys).encode() for i in range(min(keys, records))]
+        targets = [partition_for(key, partitions) for key in encoded]
         out = BatchProducer(producer, topic, partitions)
         for index in range(records):
-            slot = index % DISTINCT_KEYS
-            await out.append(keys[slot], packer.pack(make_value(index)), targets[slot])
+            slot = index % keys
+            await out.append(encoded[slot], packer.pack(make_value(index, keys)), targets[slot])
             if index % 100_000 == 99_999:
                 await out.flush()
         await out.flush()

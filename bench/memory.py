@@ -11,9 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-import psutil
-
-from bench.app import REPO_ROOT, AppSpec, RuntimeProcess
+from bench.app import REPO_ROOT, AppSpec, RuntimeProcess, tree_rss
 from bench.broker import create_topics, delete_topics, kafka, topic_size
 from bench.load import PacedProducer
 from bench.stats import run_directory, slope, write_result
@@ -39,22 +37,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--resume-at", type=int, default=None, help="the app's queue.resume_at")
     parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local broker")
     return parser.parse_args()
-
-
-def tree_rss(pid: int) -> int:
-    """RSS of the process and its children (the runtime may start worker processes)."""
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0
-    total = 0
-    for process in processes:
-        try:
-            total += int(process.memory_info().rss)
-        except psutil.NoSuchProcess:
-            continue
-    return total
 
 
 async def sample(process: RuntimeProcess, producer: PacedProducer, args: argparse.Namespace) -> list[Sample]:

@@ -21,6 +21,23 @@ class Transform(Processor):
         ctx.send(self._output, {**record.value, "seen": True}, key=record.key)
 
 
+class CountPerKey(Processor):
+    """Stateful: a running count per key in the `counts` store; sends every update under the same key.
+
+    With the store's default serdes, its changelog records are the msgpack-encoded key -> the
+    msgpack-encoded count. params: `output`.
+    """
+
+    def init(self, ctx: Context) -> None:
+        self._output = str(ctx.params["output"])
+        self._counts = ctx.store("counts")
+
+    def process(self, record: Record, ctx: Context) -> None:
+        count = (self._counts.get(record.key) or 0) + 1
+        self._counts.put(record.key, count)
+        ctx.send(self._output, {"key": record.key, "count": count}, key=record.key)
+
+
 class PacedTransform(Processor):
     """Like `Transform`, but at most `records_per_second` per task: it sleeps between records.
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import platform
+import pstats
 import statistics
 import time
 from collections.abc import Sequence
@@ -62,3 +64,11 @@ def write_result(directory: Path, name: str, result: dict[str, Any]) -> Path:
     path = directory / "result.json"
     path.write_text(json.dumps({"benchmark": name, "environment": environment(), **result}, indent=2) + "\n")
     return path
+
+
+def hotspots(profile: Path, top: int = 20) -> str:
+    """The `top` functions of a cProfile output file by own time (tottime), as pstats prints them."""
+    out = io.StringIO()
+    pstats.Stats(str(profile), stream=out).sort_stats("tottime").print_stats(top)
+    text = out.getvalue()
+    return text[text.find("   ncalls") :].rstrip()

@@ -80,6 +80,21 @@ def run_bare(bootstrap: str, input_topic: str, partitions: int, records: int) ->
     return Measurement(wall, asyncio.run(finish_output(bootstrap, output)), inner["loop_seconds"] or None)
 
 
+def run_app(
+    spec: AppSpec, workdir: Path, records: int, workers: int = 1, sample_rss: bool = False, profile: bool = False
+) -> tuple[Measurement, RuntimeProcess]:
+    """Run `spec` with `--until-caught-up` over an input of `records` records; count and delete its output topic."""
+    args = ("--until-caught-up", "--workers", str(workers))
+    process = RuntimeProcess(spec.write(workdir), *args, profile=profile)
+    wait = process.wait_sampling_rss if sample_rss else process.wait
+    code = wait(timeout_for(records))
+    if code != 0:
+        raise RuntimeError(f"the runtime exited with {code}; log {process.log_path}:\n{process.log_tail()}")
+    count = asyncio.run(finish_output(spec.bootstrap, spec.output_topic))
+    processing = process.logged_span("assigned", "caught up")
+    return Measurement(process.wall_seconds, count, processing, process.logged_rate()), process
+
+
 def run_runtime(bootstrap: str, input_topic: str, args: argparse.Namespace, workdir: Path) -> tuple[Measurement, Path]:
     output = asyncio.run(fresh_output(bootstrap, args.partitions))
     spec = AppSpec(
@@ -91,13 +106,8 @@ def run_runtime(bootstrap: str, input_topic: str, args: argparse.Namespace, work
         processor_class="bench.processors:Transform",
         guarantee=args.guarantee,
     )
-    process = RuntimeProcess(spec.write(workdir), "--until-caught-up", "--workers", str(args.workers))
-    code = process.wait(timeout_for(args.records))
-    if code != 0:
-        raise RuntimeError(f"the runtime exited with {code}; log {process.log_path}:\n{process.log_tail()}")
-    count = asyncio.run(finish_output(bootstrap, output))
-    processing = process.logged_span("assigned", "caught up")
-    return Measurement(process.wall_seconds, count, processing, process.logged_rate()), process.log_path
+    measured, process = run_app(spec, workdir, args.records, args.workers)
+    return measured, process.log_path
 
 
 def describe(name: str, measured: Measurement, records: int) -> str:

@@ -3,38 +3,61 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
-from runtime.config import Guarantee
 from runtime.counters import Counters
 from runtime.outputs import Outputs
-from runtime.task import Task
+from runtime.task import GuaranteeHooks, Task
 
 log = logging.getLogger(__name__)
 
 
-class CommitStrategy(Protocol):
-    async def before_batch(self, tp: TopicPartition, records: list[Any]) -> None:
-        """Runs before a task processes a batch."""
-
+class CommitStrategy(GuaranteeHooks, Protocol):
     async def commit(self, tasks: Iterable[Task]) -> None:
-        """Runs every commit interval, on revoke and at shutdown."""
+        """Runs every commit interval (for the guarantees where the worker commits)."""
+
+    async def finish(self, tasks: Iterable[Task], commit: bool) -> None:
+        """Tasks whose actors stopped (revoked, or shutdown): commit what they did, or drop it."""
 
 
-class _OffsetCommitter:
-    def __init__(self, consumer: AIOKafkaConsumer, counters: Counters):
+def flush_stores(tasks: Iterable[Task]) -> None:
+    """After the changelog writes are acknowledged: store data and changelog offset in one write."""
+    for task in tasks:
+        if task.state is not None and not task.starting:
+            task.state.flush()
+
+
+class _WorkerCommits:
+    """The worker commits for every task through its consumer, each commit interval."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, outputs: Outputs, counters: Counters):
         self._consumer = consumer
+        self._outputs = outputs
         self._counters = counters
         self._committed: dict[TopicPartition, int] = {}
+
+    async def start(self, task: Task) -> None:
+        return None
+
+    async def ready(self, task: Task) -> None:
+        return None
+
+    async def after_batch(self, task: Task) -> None:
+        return None
+
+    def commit_due_in(self, task: Task) -> float | None:
+        return None
 
     async def commit_offsets(self, offsets: dict[TopicPartition, int]) -> None:
         changed = {tp: offset for tp, offset in offsets.items() if self._committed.get(tp) != offset}
         if not changed:
             return
+        started = time.monotonic()
         try:
             await self._consumer.commit(changed)
         except (CommitFailedError, IllegalStateError) as error:
@@ -48,16 +71,20 @@ class _OffsetCommitter:
             return
         self._committed.update(changed)
         self._counters.commits += 1
+        self._counters.commit_seconds += time.monotonic() - started
+
+    async def commit(self, tasks: Iterable[Task]) -> None:
+        raise NotImplementedError
+
+    async def finish(self, tasks: Iterable[Task], commit: bool) -> None:
+        if commit:
+            await self.commit(tasks)
 
 
-class AtMostOnce(_OffsetCommitter):
+class AtMostOnce(_WorkerCommits):
     """A batch's offsets are committed before it is processed: a crash loses it, never repeats it."""
 
-    def __init__(self, consumer: AIOKafkaConsumer, outputs: Outputs, counters: Counters):
-        super().__init__(consumer, counters)
-        self._outputs = outputs
-
-    async def before_batch(self, tp: TopicPartition, records: list[Any]) -> None:
+    async def before_batch(self, task: Task, tp: TopicPartition, records: list[Any]) -> None:
         await self.commit_offsets({tp: records[-1].offset + 1})
 
     async def commit(self, tasks: Iterable[Task]) -> None:
@@ -65,14 +92,10 @@ class AtMostOnce(_OffsetCommitter):
         flush_stores(tasks)
 
 
-class AtLeastOnce(_OffsetCommitter):
+class AtLeastOnce(_WorkerCommits):
     """An offset is committed only after every output produced before it was acknowledged."""
 
-    def __init__(self, consumer: AIOKafkaConsumer, outputs: Outputs, counters: Counters):
-        super().__init__(consumer, counters)
-        self._outputs = outputs
-
-    async def before_batch(self, tp: TopicPartition, records: list[Any]) -> None:
+    async def before_batch(self, task: Task, tp: TopicPartition, records: list[Any]) -> None:
         return None
 
     async def commit(self, tasks: Iterable[Task]) -> None:
@@ -81,20 +104,3 @@ class AtLeastOnce(_OffsetCommitter):
         await self._outputs.wait_acked()
         flush_stores(tasks)
         await self.commit_offsets(offsets)
-
-
-def flush_stores(tasks: Iterable[Task]) -> None:
-    """After the changelog writes are acknowledged: store data and changelog offset in one write."""
-    for task in tasks:
-        if task.state is not None and not task.restoring:
-            task.state.flush()
-
-
-def commit_strategy(
-    guarantee: Guarantee, consumer: AIOKafkaConsumer, outputs: Outputs, counters: Counters
-) -> CommitStrategy:
-    strategies: dict[Guarantee, type[AtMostOnce | AtLeastOnce]] = {
-        Guarantee.AT_MOST_ONCE: AtMostOnce,
-        Guarantee.AT_LEAST_ONCE: AtLeastOnce,
-    }
-    return strategies[guarantee](consumer, outputs, counters)

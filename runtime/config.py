@@ -28,6 +28,7 @@ class Strict(BaseModel):
 class Guarantee(StrEnum):
     AT_MOST_ONCE = "at_most_once"
     AT_LEAST_ONCE = "at_least_once"
+    EXACTLY_ONCE = "exactly_once"
 
 
 class ErrorPolicy(StrEnum):
@@ -136,7 +137,8 @@ class AppConfig(Strict):
     topics: dict[str, TopicConfig] = Field(default_factory=dict)
     processors: list[ProcessorConfig] = Field(min_length=1)
     guarantee: Guarantee = Guarantee.AT_LEAST_ONCE
-    commit_interval_ms: int = Field(default=1000, ge=1)
+    commit_interval_ms: int | None = Field(default=None, ge=1)
+    transaction_timeout_ms: int = Field(default=10_000, ge=1000)
     queue: QueueConfig = Field(default_factory=QueueConfig)
     errors: ErrorsConfig = Field(default_factory=ErrorsConfig)
     create_topics: bool = True
@@ -183,6 +185,13 @@ class AppConfig(Strict):
             # The dead-letter topic always exists as bytes, whatever the app's serdes are.
             self.topics[self.dead_letter_topic] = TopicConfig(key_serde="bytes", value_serde="bytes")
         return self
+
+    @property
+    def commit_interval_s(self) -> float:
+        """1 s by default; 100 ms under exactly-once, where it bounds how long outputs stay invisible."""
+        if self.commit_interval_ms is not None:
+            return self.commit_interval_ms / 1000
+        return 0.1 if self.guarantee is Guarantee.EXACTLY_ONCE else 1.0
 
     @property
     def dead_letter_topic(self) -> str:

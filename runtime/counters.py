@@ -15,6 +15,9 @@ class Counters:
     pauses: int = 0
     resumes: int = 0
     commits: int = 0
+    commit_seconds: float = 0.0
+    aborted_transactions: int = 0
+    fenced_tasks: int = 0
     failed_commits: int = 0
     assignments: int = 0
     revocations: int = 0
@@ -22,5 +25,5 @@ class Counters:
     restored: int = 0
     restore_remaining: int = 0
 
-    def snapshot(self) -> dict[str, int]:
+    def snapshot(self) -> dict[str, float]:
         return asdict(self)

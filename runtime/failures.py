@@ -30,17 +30,15 @@ class FailureHandler:
         self,
         app_id: str,
         policies: dict[Stage, ErrorPolicy],
-        outputs: Outputs,
         dead_letter_topic: str,
         counters: Counters,
     ):
         self._app_id = app_id
         self._policies = policies
-        self._outputs = outputs
         self._dead_letter_topic = dead_letter_topic
         self._counters = counters
 
-    def handle(self, stage: Stage, processor: str, raw: Any, error: BaseException) -> None:
+    def handle(self, stage: Stage, processor: str, raw: Any, error: BaseException, outputs: Outputs) -> None:
         where = f"{raw.topic}[{raw.partition}]@{raw.offset}"
         policy = self._policies[stage]
         if policy is ErrorPolicy.FAIL:
@@ -51,7 +49,7 @@ class FailureHandler:
             self._counters.skipped += 1
             log.warning("skipped record %s (%s failed in '%s'): %r", where, stage, processor, error)
             return
-        self._outputs.append(
+        outputs.append(
             self._dead_letter_topic,
             raw.key,
             raw.value,

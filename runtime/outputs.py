@@ -28,7 +28,8 @@ class Outputs:
     """Batches per (topic, partition); `flush` hands them to the producer, `wait_acked` awaits the acks."""
 
     def __init__(self, producer: AIOKafkaProducer, partition_counts: dict[str, int], counters: Counters):
-        self._producer = producer
+        self.producer = producer
+        self.sent = 0
         self._partition_counts = partition_counts
         self._counters = counters
         self._open: dict[tuple[str, int], Any] = {}
@@ -59,11 +60,11 @@ class Outputs:
         target = (topic, partition)
         builder = self._open.get(target)
         if builder is None:
-            builder = self._open[target] = self._producer.create_batch()
+            builder = self._open[target] = self.producer.create_batch()
             self._open_counts[target] = 0
         if builder.append(timestamp=timestamp_ms, key=key, value=value, headers=list(headers)) is None:
             self._full.append((topic, partition, builder, self._open_counts[target]))
-            builder = self._open[target] = self._producer.create_batch()
+            builder = self._open[target] = self.producer.create_batch()
             self._open_counts[target] = 0
             builder.append(timestamp=timestamp_ms, key=key, value=value, headers=list(headers))
         self._open_counts[target] += 1
@@ -89,11 +90,16 @@ class Outputs:
                        for (topic, partition), builder in self._open.items())  # fmt: skip
         self._full, self._open, self._open_counts = [], {}, {}
         for topic, partition, builder, count in batches:
-            future = await self._producer.send_batch(builder, topic, partition=partition)
+            future = await self.producer.send_batch(builder, topic, partition=partition)
             future.add_done_callback(functools.partial(self._acked, topic, partition, count))
             self._inflight.append(future)
             self._counters.produced += count
+            self.sent += count
         self._inflight = [future for future in self._inflight if not future.done() or _raise_if_failed(future)]
+
+    def discard(self) -> None:
+        """Drop batches not yet handed to the producer (their transaction aborted)."""
+        self._full, self._open, self._open_counts = [], {}, {}
 
     def _acked(self, topic: str, partition: int, count: int, future: asyncio.Future[Any]) -> None:
         if future.cancelled() or future.exception() is not None:

@@ -70,7 +70,7 @@ class ChangelogRestorer:
                  position, end)  # fmt: skip
         try:
             while position < end:
-                batches = await consumer.getmany(tp, timeout_ms=1000, max_records=RESTORE_BATCH)
+                batches = await consumer.getmany(tp, timeout_ms=200, max_records=RESTORE_BATCH)
                 records = [record for record in batches.get(tp, []) if record.offset < end]
                 position = min(await consumer.position(tp), end)
                 entry.store.restore(((record.key, record.value) for record in records), position)

@@ -89,6 +89,11 @@ class TaskState:
                 offset = self._outputs.acked_ends.get((entry.changelog.topic, entry.changelog.partition))
             entry.store.flush(offset)
 
+    def discard(self) -> None:
+        """Drop the writes of an aborted transaction."""
+        for entry in self.stores.values():
+            entry.store.discard()
+
     def close(self) -> None:
         for entry in self.stores.values():
             entry.store.close()

@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aiokafka import TopicPartition
 
@@ -24,8 +24,6 @@ from runtime.task_context import TaskContext, TopicSerdes
 
 log = logging.getLogger(__name__)
 
-BatchHook = Callable[[TopicPartition, list[Any]], Awaitable[None]]
-
 
 @dataclass(frozen=True, order=True)
 class TaskId:
@@ -36,18 +34,39 @@ class TaskId:
         return f"{self.processor}[{self.partition}]"
 
 
+class GuaranteeHooks(Protocol):
+    """The guarantee's part in a task's life (implemented in runtime/commit.py)."""
+
+    async def start(self, task: Task) -> None:
+        """Before the task restores or processes anything."""
+
+    async def ready(self, task: Task) -> None:
+        """After its stores are restored, before its input partitions are resumed."""
+
+    async def before_batch(self, task: Task, tp: TopicPartition, records: list[Any]) -> None: ...
+
+    async def after_batch(self, task: Task) -> None:
+        """After each batch, and when a wait for records times out at `commit_due_in`."""
+
+    def commit_due_in(self, task: Task) -> float | None:
+        """Seconds until the task itself must commit, or None when the worker commits for it."""
+
+
+class TaskFenced(Exception):
+    """Another worker took this task over (its producer was fenced): stop, commit nothing."""
+
+
 @dataclass
 class TaskServices:
     """What every task of a worker shares."""
 
-    outputs: Outputs
     failures: FailureHandler
     counters: Counters
     serdes: TopicSerdes
-    before_batch: BatchHook
+    hooks: GuaranteeHooks
     on_dequeue: Callable[[Task], None]
     restore: Callable[[TaskState], Awaitable[None]]
-    on_restored: Callable[[Task], None]
+    on_ready: Callable[[Task], Awaitable[None]]
 
 
 class Task:
@@ -59,13 +78,15 @@ class Task:
         processor: Processor,
         context: TaskContext,
         inputs: list[TopicPartition],
+        outputs: Outputs,
         services: TaskServices,
         end_offsets: Mapping[TopicPartition, int] | None = None,
         state: TaskState | None = None,
     ):
         self.id = task_id
         self.state = state
-        self.restoring = state is not None
+        self.outputs = outputs
+        self.starting = True  # until restored and positioned: holds no record in flight
         self.inputs = inputs
         self.next_offsets: dict[TopicPartition, int] = {}
         self.queued = 0
@@ -104,8 +125,8 @@ class Task:
 
     async def stop(self, timeout: float) -> None:
         self.request_stop()
-        if self.restoring:
-            self.runner.cancel()  # a restore holds no record in flight; the store keeps what it applied
+        if self.starting:
+            self.runner.cancel()  # no record in flight; a store keeps what its restore applied
         try:
             await asyncio.wait_for(asyncio.shield(self.runner), timeout)
         except TimeoutError:
@@ -117,11 +138,21 @@ class Task:
         except Exception:  # a failure of the task itself: the worker reports it
             pass
 
+    def rewind(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Forget queued records and go back to `offsets` (the consumer was sought there)."""
+        self._queue.clear()
+        self.queued = 0
+        self.next_offsets = dict(offsets)
+        self._context.pending.clear()
+        self._services.on_dequeue(self)
+
     async def _run(self) -> None:
+        hooks = self._services.hooks
+        await hooks.start(self)
         if self.state is not None:
             await self._services.restore(self.state)
-            self.restoring = False
-            self._services.on_restored(self)
+        await self._services.on_ready(self)
+        self.starting = False
         self._processor.init(self._context)
         try:
             while not self._stopping:
@@ -134,11 +165,12 @@ class Task:
                     self._busy = True
                     try:
                         await self._process_batch(tp, records)
-                        await self._services.outputs.flush()
+                        await self.outputs.flush()
                     finally:
                         self._busy = False
                         self.queued -= len(records)
                         self._services.on_dequeue(self)
+                await hooks.after_batch(self)
         finally:
             self._queue.clear()
             self.queued = 0
@@ -150,6 +182,9 @@ class Task:
         self._wakeup.clear()
         punctuators = self._context.punctuators
         timeout = max(0.0, min(p.due for p in punctuators) - time.monotonic()) if punctuators else None
+        commit_due = self._services.hooks.commit_due_in(self)
+        if commit_due is not None:
+            timeout = commit_due if timeout is None else min(timeout, commit_due)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wakeup.wait(), timeout)
 
@@ -169,7 +204,7 @@ class Task:
             records = [raw for raw in records if raw.offset < end]
             if not records:
                 return
-        await self._services.before_batch(tp, records)
+        await self._services.hooks.before_batch(self, tp, records)
         key_serde, value_serde = self._services.serdes[tp.topic]
         decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
         process, context, counters = self._processor.process, self._context, self._services.counters
@@ -190,7 +225,7 @@ class Task:
                         tuple(raw.headers),
                     )
                 except Exception as error:  # any decoding error goes to the policy
-                    failures.handle(Stage.DESERIALIZATION, name, raw, error)
+                    failures.handle(Stage.DESERIALIZATION, name, raw, error, self.outputs)
                     self.next_offsets[tp] = raw.offset + 1
                     continue
                 released = len(pending)
@@ -201,7 +236,7 @@ class Task:
                         process(record, context)
                 except Exception as error:  # any processor error goes to the policy
                     del pending[released:]  # nothing of a failed record escapes
-                    failures.handle(Stage.PROCESSING, name, raw, error)
+                    failures.handle(Stage.PROCESSING, name, raw, error, self.outputs)
                 else:
                     counters.processed += 1
                 if self._is_async:
@@ -213,7 +248,7 @@ class Task:
             self._release_outputs()
 
     def _release_outputs(self) -> None:
-        self._services.outputs.append_all(self._context.pending)
+        self.outputs.append_all(self._context.pending)
         self._context.pending.clear()
 
     def close_state(self) -> None:
@@ -233,9 +268,10 @@ def build_task(
     params: Mapping[str, Any],
     outputs_allowed: frozenset[str],
     inputs: list[TopicPartition],
+    outputs: Outputs,
     services: TaskServices,
     end_offsets: Mapping[TopicPartition, int] | None,
     state: TaskState | None = None,
 ) -> Task:
     context = TaskContext(app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes, state)
-    return Task(task_id, processor_class(), context, inputs, services, end_offsets, state)
+    return Task(task_id, processor_class(), context, inputs, outputs, services, end_offsets, state)

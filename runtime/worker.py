@@ -7,27 +7,30 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from processors.serdes import resolve_serde
 from runtime.backpressure import END_OF_RUN, Backpressure
-from runtime.commit import CommitStrategy, commit_strategy
-from runtime.config import AppConfig
+from runtime.commit import AtLeastOnce, AtMostOnce, CommitStrategy
+from runtime.config import AppConfig, Guarantee
 from runtime.connection import Clients, start_with_retries
 from runtime.counters import Counters
 from runtime.failures import FailureHandler, RecordFailed, Stage
 from runtime.outputs import Outputs
 from runtime.restore import ChangelogRestorer
 from runtime.state import TaskState
-from runtime.task import Task, TaskId, TaskServices, build_task
+from runtime.task import Task, TaskFenced, TaskId, TaskServices, build_task
 from runtime.topics import ensure_topics
+from runtime.transactions import ExactlyOnce
 
 log = logging.getLogger(__name__)
 
 POLL_TIMEOUT_MS = 100
-RESTORING = "restoring"
+STARTING = "starting"
+FENCED = "fenced"
 CAUGHT_UP_CHECK_S = 0.2
 
 
@@ -48,8 +51,10 @@ class Worker:
         self._commit_lock = asyncio.Lock()
         self._subscribers: dict[TopicPartition, list[Task]] = defaultdict(list)
         self._end_offsets: dict[TopicPartition, int] | None = None
+        self._finished_elsewhere: set[TopicPartition] = set()
         self._failure: BaseException | None = None
         self._started = time.monotonic()
+        self._background: set[asyncio.Task[None]] = set()
         self.ready = asyncio.Event()
 
     def stop(self) -> None:
@@ -73,9 +78,12 @@ class Worker:
             name: (resolve_serde(topic.key_serde), resolve_serde(topic.value_serde))
             for name, topic in config.topics.items()
         }
-        producer = self._clients.producer()
+        exactly_once = config.guarantee is Guarantee.EXACTLY_ONCE
+        # Under exactly-once every task has its own transactional producer instead of this shared one.
+        producer = None if exactly_once else self._clients.producer()
         consumer = self._clients.consumer()
-        await start_with_retries("producer", self._clients.bootstrap_servers, producer.start)
+        if producer is not None:
+            await start_with_retries("producer", self._clients.bootstrap_servers, producer.start)
         try:
             await start_with_retries("consumer", self._clients.bootstrap_servers, consumer.start)
             try:
@@ -83,33 +91,30 @@ class Worker:
             finally:
                 await consumer.stop()
         finally:
-            await producer.stop()
+            if producer is not None:
+                await producer.stop()
         if self._failure is not None:
             raise WorkerFailed(str(self._failure)) from self._failure
 
     async def _run_with(
-        self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer, partition_counts: dict[str, int]
+        self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer | None, partition_counts: dict[str, int]
     ) -> None:
         config = self.config
         self._consumer = consumer
-        self._outputs = Outputs(producer, partition_counts, self.counters)
-        self._failures = FailureHandler(
+        self._partition_counts = partition_counts
+        self._shared_outputs = Outputs(producer, partition_counts, self.counters) if producer is not None else None
+        failures = FailureHandler(
             config.app_id,
-            {
-                Stage.DESERIALIZATION: config.errors.deserialization,
-                Stage.PROCESSING: config.errors.processing,
-            },
-            self._outputs,
+            {Stage.DESERIALIZATION: config.errors.deserialization, Stage.PROCESSING: config.errors.processing},
             config.dead_letter_topic,
             self.counters,
         )
         self._backpressure = Backpressure(consumer, config.queue, self.counters)
-        self._commits: CommitStrategy = commit_strategy(config.guarantee, consumer, self._outputs, self.counters)
+        self._commits = self._commit_strategy()
         restorer = ChangelogRestorer(self._restore_consumer, self.counters)
         self._services = TaskServices(
-            self._outputs, self._failures, self.counters, self._serdes,
-            self._commits.before_batch, self._backpressure.after_dequeue,
-            restorer.restore, self._on_restored,
+            failures, self.counters, self._serdes, self._commits,
+            self._backpressure.after_dequeue, restorer.restore, self._on_ready,
         )  # fmt: skip
         inputs = config.input_topics()
         if self._until_caught_up:
@@ -125,11 +130,49 @@ class Worker:
                 await committer
             await self._shutdown()
 
+    def _commit_strategy(self) -> CommitStrategy:
+        config, consumer = self.config, self._consumer
+        if config.guarantee is Guarantee.EXACTLY_ONCE:
+            return ExactlyOnce(config.app_id, config.commit_interval_s, self.counters, self._committed_positions,
+                               self._rewind)  # fmt: skip
+        assert self._shared_outputs is not None
+        if config.guarantee is Guarantee.AT_MOST_ONCE:
+            return AtMostOnce(consumer, self._shared_outputs, self.counters)
+        return AtLeastOnce(consumer, self._shared_outputs, self.counters)
+
+    def _task_outputs(self, task_id: TaskId) -> Outputs:
+        if self._shared_outputs is not None:
+            return self._shared_outputs
+        producer = self._clients.producer(
+            transactional_id=f"{self.config.app_id}-{task_id.processor}-{task_id.partition}",
+            transaction_timeout_ms=self.config.transaction_timeout_ms,
+            client_id=f"{self.config.app_id}-{task_id.processor}-{task_id.partition}",
+        )
+        return Outputs(producer, self._partition_counts, self.counters)
+
+    async def _committed_positions(self, task: Task) -> dict[TopicPartition, int]:
+        """Where each input of the task resumes: its committed offset, else the reset policy's offset."""
+        positions: dict[TopicPartition, int] = {}
+        latest = self.config.kafka.consumer.get("auto_offset_reset") == "latest"
+        for tp in task.inputs:
+            committed = await self._consumer.committed(tp)
+            if committed is None:
+                edge = await (self._consumer.end_offsets if latest else self._consumer.beginning_offsets)([tp])
+                committed = edge[tp]
+            positions[tp] = committed
+        return positions
+
+    def _rewind(self, task: Task, offsets: Mapping[TopicPartition, int]) -> None:
+        for tp, offset in offsets.items():
+            self._consumer.seek(tp, offset)
+        task.rewind(offsets)
+
     def _restore_consumer(self) -> AIOKafkaConsumer:
         return self._clients.consumer(group_id=None, client_id=f"{self.config.app_id}-restore")
 
-    def _on_restored(self, task: Task) -> None:
-        self._backpressure.release(task.inputs, (RESTORING, task.id))
+    async def _on_ready(self, task: Task) -> None:
+        await self._commits.ready(task)
+        self._backpressure.release(task.inputs, (STARTING, task.id))
 
     async def _poll_loop(self) -> None:
         consumer, backpressure = self._consumer, self._backpressure
@@ -151,14 +194,29 @@ class Worker:
                     return
 
     def _check_tasks(self) -> None:
-        for task in self.tasks.values():
+        for task in list(self.tasks.values()):
             runner = task.runner
-            if runner.done() and not runner.cancelled() and runner.exception() is not None:
-                self._failure = runner.exception()
-                log.error("task %s failed: %s", task.id, self._failure)
-                return
+            if not runner.done() or runner.cancelled() or runner.exception() is None:
+                continue
+            error = runner.exception()
+            if isinstance(error, TaskFenced):
+                self._drop_fenced(task)
+                continue
+            self._failure = error
+            log.error("task %s failed: %s", task.id, error)
+            return
+
+    def _drop_fenced(self, task: Task) -> None:
+        """A zombie's task: stop fetching its inputs and forget it; the rebalance will take them away."""
+        self._backpressure.hold(task.inputs, (FENCED, task.id))
+        del self.tasks[task.id]
+        for tp in task.inputs:
+            self._subscribers[tp] = [t for t in self._subscribers.get(tp, []) if t is not task]
+        task.close_state()
+        self._background.add(asyncio.create_task(task.outputs.producer.stop()))
 
     async def _caught_up(self) -> bool:
+        """Every input partition, ours or not, is processed up to the end offsets taken at start."""
         assert self._end_offsets is not None
         assignment = self._consumer.assignment()
         if not assignment or not self.ready.is_set():
@@ -166,17 +224,26 @@ class Worker:
         for tp in assignment:
             end = self._end_offsets.get(tp, 0)
             tasks = self._subscribers.get(tp, [])
-            if any(task.next_offsets.get(tp, -1) >= end for task in tasks) and all(t.idle for t in tasks):
+            if not tasks or not all(task.idle and not task.starting for task in tasks):
+                return False
+            if all(task.next_offsets.get(tp, -1) >= end for task in tasks):
                 continue
-            if all(task.idle for task in tasks) and await self._consumer.position(tp) >= end:
+            if await self._consumer.position(tp) >= end:
                 for task in tasks:
                     task.mark_caught_up(tp, end)
                 continue
             return False
+        # Partitions another member holds (or a crashed one still holds until its session expires).
+        for tp, end in self._end_offsets.items():
+            if tp not in assignment and tp not in self._finished_elsewhere:
+                committed = await self._consumer.committed(tp)
+                if committed is None or committed < end:
+                    return False
+                self._finished_elsewhere.add(tp)
         return True
 
     async def _commit_periodically(self) -> None:
-        interval = self.config.commit_interval_ms / 1000
+        interval = self.config.commit_interval_s
         while True:
             await asyncio.sleep(interval)
             try:
@@ -190,12 +257,18 @@ class Worker:
     async def _shutdown(self) -> None:
         tasks = list(self.tasks.values())
         await self._stop_tasks(tasks)
-        if isinstance(self._failure, Exception) and not isinstance(self._failure, RecordFailed):
-            return  # the output path is broken: committing would claim records whose outputs may be lost
-        async with self._commit_lock:
-            await self._commits.commit(tasks)
-        for task in tasks:
-            task.close_state()
+        # After a failed record, at-least-once commits what came before it; exactly-once aborts the open
+        # transactions. A broken output path commits nothing: it would claim outputs that may be lost.
+        commit = self._failure is None or (
+            isinstance(self._failure, RecordFailed) and self.config.guarantee is not Guarantee.EXACTLY_ONCE
+        )
+        try:
+            async with self._commit_lock:
+                await self._commits.finish(tasks, commit)
+        finally:
+            for task in tasks:
+                task.close_state()
+            await asyncio.gather(*self._background, return_exceptions=True)
         log.info("stopped after %.1fs: %s", time.monotonic() - self._started, self.counters.snapshot())
 
     async def _stop_tasks(self, tasks: list[Task]) -> None:
@@ -211,7 +284,7 @@ class Worker:
         await self._stop_tasks(leaving)
         async with self._commit_lock:
             try:
-                await self._commits.commit(leaving)
+                await self._commits.finish(leaving, commit=True)
             except Exception as error:
                 self._failure = error
         for task in leaving:
@@ -234,13 +307,14 @@ class Worker:
                 task_id = TaskId(spec.name, partition)
                 if not inputs or task_id in self.tasks:
                     continue
-                state = TaskState(self.config, spec, partition, self._outputs) if spec.stores else None
+                outputs = self._task_outputs(task_id)
+                state = TaskState(self.config, spec, partition, outputs) if spec.stores else None
                 task = build_task(
                     task_id, spec.processor_class(), self.config.app_id, spec.params,
-                    frozenset(spec.outputs), inputs, self._services, self._end_offsets, state,
+                    frozenset(spec.outputs), inputs, outputs, self._services, self._end_offsets, state,
                 )  # fmt: skip
-                if state is not None:
-                    self._backpressure.hold(inputs, (RESTORING, task_id))
+                if state is not None or self.config.guarantee is Guarantee.EXACTLY_ONCE:
+                    self._backpressure.hold(inputs, (STARTING, task_id))
                 self.tasks[task_id] = task
                 for tp in inputs:
                     self._subscribers[tp].append(task)

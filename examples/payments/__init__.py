@@ -1,1 +1,1 @@
-"""Payments flowing through Kafka: validated, then routed to a valid or a rejected topic."""
+"""Payments flowing through Kafka: validated, routed to a valid or a rejected topic, and added up per account."""

@@ -67,3 +67,12 @@ class SlowCountPerKey(CountPerKey):
         if record.offset % 20 == 0:
             await asyncio.sleep(0.01)
         super().process(record, ctx)
+
+
+class PickyCountPerKey(CountPerKey):
+    """CountPerKey that raises on values marked bad (after its store write and output)."""
+
+    def process(self, record: Record, ctx: Context) -> None:
+        super().process(record, ctx)
+        if record.value.get("bad"):
+            raise ValueError(f"bad record {record.key}")

@@ -99,7 +99,7 @@ CASES = [
     Case(
         "guarantee not one of the choices",
         set_top(guarantee="exactly_twice"),
-        expected=(r"guarantee: Input should be 'at_most_once' or 'at_least_once'",),
+        expected=(r"guarantee: Input should be 'at_most_once', 'at_least_once' or 'exactly_once'",),
     ),
     Case(
         "unknown processor class",

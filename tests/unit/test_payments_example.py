@@ -1,4 +1,4 @@
-"""The payments example's validation rules and routing, without Kafka."""
+"""The payments example's validation rules and routing, its per-account totals, and the demo's checks, without Kafka."""
 
 from __future__ import annotations
 
@@ -9,19 +9,23 @@ from typing import Any
 import msgpack
 import pytest
 
-from examples.payments.generate import INVALID, POISON, VALID, make_payments, partition_for
+from examples.payments.generate import INVALID, POISON, VALID, Payment, make_payments, partition_for
 from examples.payments.processors import ValidatePayment, rejection_reason
-from examples.payments.run import check
+from examples.payments.run import APP_YAML, ROOT, added_totals, check, check_totals, growth, money
+from examples.payments.totals import AccountTotals
 from processors import Context, Record
 from processors.context import Punctuation
-from stores import KeyValueStore
+from processors.serdes import resolve_serde
+from runtime.config import load_app
+from stores import KeyValueStore, MemoryBackend
 
 
 class FakeContext(Context):
-    """Collects what the processor sends."""
+    """Collects what the processor sends; `stores` are what `store()` hands out."""
 
-    def __init__(self, params: Mapping[str, Any]) -> None:
+    def __init__(self, params: Mapping[str, Any], stores: Mapping[str, KeyValueStore] | None = None) -> None:
         self._params = params
+        self._stores = stores or {}
         self.sent: list[tuple[str, Any, Any]] = []
 
     @property
@@ -44,10 +48,12 @@ class FakeContext(Context):
         self.sent.append((topic, key, value))
 
     def store(self, name: str) -> KeyValueStore:
-        raise KeyError(f"the validator declares no store '{name}'")
+        if name not in self._stores:
+            raise KeyError(f"no store '{name}' declared")
+        return self._stores[name]
 
     def schedule(self, every_ms: int, callback: Punctuation) -> None:
-        raise AssertionError("ValidatePayment schedules nothing")
+        raise AssertionError("the payments processors schedule nothing")
 
 
 PARAMS = {"valid_topic": "ok", "rejected_topic": "bad", "max_amount_minor": 1000}
@@ -164,3 +170,147 @@ def test_the_demo_check_finds_missing_and_misplaced_payments() -> None:
     found[VALID] = ("payments-valid", Counter({"a": 1, "b": 2}))  # a duplicate is allowed (at least once)
     found[INVALID] = ("payments-rejected", Counter({"c": 1}))
     assert check(expected, found) == []
+
+
+# AccountTotals: the second stage.
+
+ACCOUNT, OTHER = "40817810000000000001", "40817810000000000002"
+
+
+def totals_store() -> KeyValueStore:
+    """As the app YAML declares it: str keys, msgpack values (here in memory)."""
+    return KeyValueStore(MemoryBackend(), resolve_serde("str"), resolve_serde("msgpack"), name="account-totals")
+
+
+class TotalsTask:
+    """An AccountTotals task over `store`, fed records of payments-valid partition 0 as the runtime would."""
+
+    def __init__(self, store: KeyValueStore) -> None:
+        self.store = store
+        self.ctx = FakeContext({}, {"account-totals": store})
+        self.processor = AccountTotals()
+        self.processor.init(self.ctx)
+
+    def feed(self, offset: int, account: str = ACCOUNT, amount: int = 100, currency: str = "RUB") -> Any:
+        """Process one valid payment at `offset`; return the value sent for it."""
+        value = payment(payment_id=f"p-{offset}", account=account, amount_minor=amount, currency=currency)
+        self.ctx.sent.clear()
+        self.processor.process(Record("payments-valid", 0, offset, 0, account, value), self.ctx)
+        [(topic, key, sent)] = self.ctx.sent
+        assert (topic, key) == ("account-totals", account)
+        return sent
+
+
+def test_totals_add_up_per_account_and_currency() -> None:
+    totals = TotalsTask(totals_store())
+    assert totals.feed(0, amount=150) == {"count": 1, "totals": {"RUB": 150}}
+    assert totals.feed(1, amount=50) == {"count": 2, "totals": {"RUB": 200}}
+    assert totals.feed(2, OTHER, amount=7, currency="USD") == {"count": 1, "totals": {"USD": 7}}
+    assert totals.feed(3, amount=1, currency="EUR") == {"count": 3, "totals": {"RUB": 200, "EUR": 1}}
+    assert totals.store.get(ACCOUNT) == {"count": 3, "totals": {"RUB": 200, "EUR": 1}, "offset": 3}
+    assert totals.store.get(OTHER) == {"count": 1, "totals": {"USD": 7}, "offset": 2}
+
+
+def test_a_redelivered_payment_is_not_counted_again_but_its_totals_are_sent_again() -> None:
+    totals = TotalsTask(totals_store())
+    totals.feed(10, amount=100)
+    totals.feed(11, OTHER, amount=5)
+    totals.feed(12, amount=30)
+    # At-least-once: after a crash the records since the last commit come again, and the store
+    # (restored from its changelog) may already hold their effect.
+    for offset in (10, 12):
+        assert totals.feed(offset, amount=100) == {"count": 2, "totals": {"RUB": 130}}
+    assert totals.feed(11, OTHER, amount=5) == {"count": 1, "totals": {"RUB": 5}}
+    assert totals.feed(13, amount=1) == {"count": 3, "totals": {"RUB": 131}}
+
+
+def test_totals_continue_from_the_store_after_a_restart() -> None:
+    store = totals_store()
+    first = TotalsTask(store)
+    for offset in range(5):
+        first.feed(offset, amount=10)
+    store.flush()  # what the engine does at a commit
+    first.processor.close()
+    second = TotalsTask(store)  # a new task over the same (kept or restored) store: offsets 3.. come again
+    assert [second.feed(offset, amount=10)["count"] for offset in range(3, 8)] == [5, 5, 6, 7, 8]
+    assert store.get(ACCOUNT)["totals"] == {"RUB": 80}
+
+
+def test_totals_names_come_from_params() -> None:
+    store = totals_store()
+    ctx = FakeContext({"output_topic": "table", "store": "sums"}, {"sums": store})
+    processor = AccountTotals()
+    processor.init(ctx)
+    processor.process(Record("payments-valid", 0, 0, 0, ACCOUNT, payment()), ctx)
+    assert ctx.sent == [("table", ACCOUNT, {"count": 1, "totals": {"RUB": 999}})]
+    with pytest.raises(KeyError, match="account-totals"):
+        AccountTotals().init(FakeContext({}, {"sums": store}))
+
+
+def test_totals_raise_on_a_value_that_is_not_a_payment() -> None:
+    totals = TotalsTask(totals_store())
+    with pytest.raises(TypeError, match=r"payments-valid\[0\]@4 is a list, expected a payment map"):
+        totals.processor.process(Record("payments-valid", 0, 4, 0, ACCOUNT, ["p-1"]), totals.ctx)
+    assert totals.store.get(ACCOUNT) is None
+
+
+def test_the_app_yaml_declares_the_totals_stage_and_its_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PAYMENTS_STATE_DIR", raising=False)
+    config = load_app(ROOT / APP_YAML)
+    validate, totals = config.processors
+    assert totals.inputs == [validate.params["valid_topic"]] == ["payments-valid"]
+    assert totals.outputs == ["account-totals"] and config.topics["account-totals"].cleanup_policy == "compact"
+    store = totals.stores["account-totals"]
+    assert (store.backend, store.changelog, store.key_serde) == ("rocksdb", True, "str")
+    assert str(config.state_dir) == "state"
+    monkeypatch.setenv("PAYMENTS_STATE_DIR", "/tmp/elsewhere")
+    assert str(load_app(ROOT / APP_YAML).state_dir) == "/tmp/elsewhere"
+
+
+# The demo's check of the totals.
+
+
+def test_added_totals_count_only_the_valid_payments() -> None:
+    def generated(kind: str, **changes: Any) -> Payment:
+        return Payment(b"p", msgpack.packb(payment(**changes)), kind)
+
+    payments = [
+        generated(VALID, amount_minor=5),
+        generated(VALID, amount_minor=7, currency="USD"),
+        generated(VALID, account=OTHER),
+        generated(INVALID, amount_minor=-1),
+        Payment(b"p", b"\xc1", POISON),
+    ]
+    assert added_totals(payments) == {
+        ACCOUNT: {"count": 2, "totals": {"RUB": 5, "USD": 7}},
+        OTHER: {"count": 1, "totals": {"RUB": 999}},
+    }
+
+
+def test_growth_is_the_difference_per_count_and_currency() -> None:
+    before = {"count": 3, "totals": {"RUB": 100, "USD": 5}}
+    assert growth(before, {"count": 5, "totals": {"RUB": 150, "USD": 5, "EUR": 2}}) == {
+        "count": 2,
+        "totals": {"EUR": 2, "RUB": 50},
+    }
+    assert growth(None, {"count": 1, "totals": {"RUB": 1}}) == {"count": 1, "totals": {"RUB": 1}}
+    assert growth(before, None) == {"count": -3, "totals": {"RUB": -100, "USD": -5}}
+
+
+def test_the_demo_check_finds_totals_that_did_not_grow_by_this_run() -> None:
+    added = {"a": {"count": 2, "totals": {"RUB": 30}}, "b": {"count": 1, "totals": {"USD": 4}}}
+    before = {"a": {"count": 1, "totals": {"RUB": 10}}}
+    after = {"a": {"count": 3, "totals": {"RUB": 40}}, "b": {"count": 1, "totals": {"USD": 4}}}
+    assert check_totals(added, before, after) == []
+    assert check_totals(added, before, {"a": after["a"]}) == [
+        "1 accounts of this run missing from account-totals, e.g. b"
+    ]
+    counted_twice = {**after, "a": {"count": 4, "totals": {"RUB": 55}}}
+    assert check_totals(added, before, counted_twice) == [
+        "1 accounts whose totals in account-totals grew by other sums than this run's payments, "
+        "e.g. a: +3 payments {'RUB': 45}, expected +2 {'RUB': 30}"
+    ]
+
+
+def test_money_shows_major_units() -> None:
+    assert money({"USD": 5, "RUB": 123456789}) == "RUB 1,234,567.89, USD 0.05"

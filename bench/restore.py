@@ -75,9 +75,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--new-records",
         type=int,
-        default=1,
-        help="input records produced into each partition before a run (see the README: with 0, "
-        "--until-caught-up may exit before the restores end)",
+        default=0,
+        help="input records produced into each partition before a run, for runtimes whose "
+        "--until-caught-up exits before the restores end (see the README)",
     )
     return parser.parse_args()
 

@@ -189,7 +189,7 @@ class Worker:
             self._check_tasks()
             if self._until_caught_up and time.monotonic() - last_check > CAUGHT_UP_CHECK_S:
                 last_check = time.monotonic()
-                if await self._caught_up():
+                if await self._caught_up() and not await self._internal_inputs_grew():
                     log.info("caught up with the end offsets present at start")
                     return
 
@@ -240,6 +240,34 @@ class Worker:
                 if committed is None or committed < end:
                     return False
                 self._finished_elsewhere.add(tp)
+        return True
+
+    async def _internal_inputs_grew(self) -> bool:
+        """Inputs this app also writes (one stage feeding the next) may have grown since start:
+        once the outputs so far are committed, their new ends become the ends of this run."""
+        assert self._end_offsets is not None
+        internal = {topic for spec in self.config.processors for topic in spec.outputs} & set(
+            self.config.input_topics()
+        )
+        if not internal:
+            return False
+        if self.config.guarantee is Guarantee.EXACTLY_ONCE:
+            await asyncio.sleep(2 * self.config.commit_interval_s)  # the tasks commit their transactions
+        else:
+            async with self._commit_lock:
+                await self._commits.commit(list(self.tasks.values()))
+        tps = [tp for tp in self._end_offsets if tp.topic in internal]
+        ends = await self._consumer.end_offsets(tps)
+        grown = {tp: end for tp, end in ends.items() if end > self._end_offsets[tp]}
+        if not grown:
+            return False
+        for tp in grown:  # records fetched past the old end were dropped: fetch them again
+            if tp in self._consumer.assignment():
+                self._consumer.seek(tp, self._end_offsets[tp])
+        self._end_offsets.update(grown)  # the tasks share this mapping
+        self._finished_elsewhere -= set(grown)
+        self._backpressure.release(grown, END_OF_RUN)
+        log.info("inputs written by this app grew during the run: going on to %s", grown)
         return True
 
     async def _commit_periodically(self) -> None:

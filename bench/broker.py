@@ -8,12 +8,10 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.partitioner import murmur2
 
 from runtime.devkafka import LocalBroker
 
@@ -35,20 +33,6 @@ def kafka(bootstrap: str | None) -> Iterator[str]:
             yield broker.bootstrap_servers
         finally:
             broker.stop()
-
-
-@lru_cache(maxsize=65536)
-def _positive_murmur2(key: bytes) -> int:
-    return int(murmur2(key)) & 0x7FFFFFFF
-
-
-def partition_for(key: bytes, partitions: int) -> int:
-    """Kafka's default partitioner, as a Java producer computes it.
-
-    The hash is memoized per key, as the runtime's partitioner does: aiokafka's murmur2 is pure
-    Python (~4 us a key), which would otherwise be a third of the bare loop's time.
-    """
-    return _positive_murmur2(key) % partitions
 
 
 async def create_topics(bootstrap: str, topics: Mapping[str, int]) -> None:

@@ -32,7 +32,7 @@ def murmur2(data: bytes) -> int:
     return h ^ (h >> 15)
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=262_144)
 def _positive_hash(key: bytes) -> int:
     return murmur2(key) & 0x7FFFFFFF
 

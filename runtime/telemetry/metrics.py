@@ -1,0 +1,255 @@
+"""Runtime metrics, read at collection time wherever the engine already keeps the number.
+
+Counts come from the worker's `Counters` through observable counters, and levels (lag, queue
+depth, paused partitions, restore progress) from callbacks the engine registers: the hot path
+increments plain integer fields as it always did and pays nothing more for metrics. Only the
+latency histograms are recorded as things happen.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
+
+from opentelemetry.metrics import CallbackOptions, Meter, NoOpMeter, Observation
+from opentelemetry.util.types import AttributeValue
+
+from runtime.counters import Counters
+from runtime.telemetry.tracing import (
+    INSTRUMENTATION_NAME,
+    MESSAGING_CONSUMER_GROUP_NAME,
+    MESSAGING_DESTINATION_NAME,
+    MESSAGING_DESTINATION_PARTITION_ID,
+    MESSAGING_SYSTEM,
+)
+
+log = logging.getLogger(__name__)
+
+Attributes = Mapping[str, AttributeValue]
+PartitionValues = Mapping[tuple[str, int], int]
+Unregister = Callable[[], None]
+
+PROCESSOR: Final = "kafka_actor.processor"
+TASK: Final = "kafka_actor.task"
+PREFIX: Final = "kafka_actor."
+
+# Counters field -> (metric name, unit, description). Names follow OpenTelemetry's dotted style;
+# the Prometheus exporter turns them into e.g. kafka_actor_records_consumed_total.
+COUNTER_FIELDS: Final = {
+    "consumed": ("records.consumed", "{record}", "Records fetched from input partitions."),
+    "processed": ("records.processed", "{record}", "Records whose process() returned without an error."),
+    "produced": ("records.produced", "{record}", "Records handed to the producer (outputs and dead letters)."),
+    "skipped": ("records.skipped", "{record}", "Records that failed and were skipped by the error policy."),
+    "dead_lettered": ("records.dead_lettered", "{record}", "Records sent to the dead-letter topic."),
+    "restored": ("restore.records", "{record}", "Changelog records applied while restoring stores."),
+    "commits": ("commits", "{commit}", "Offset commits and committed transactions."),
+    "commit_seconds": ("commit.time", "s", "Total time spent committing."),
+    "failed_commits": ("commits.failed", "{commit}", "Offset commits that failed."),
+    "aborted_transactions": ("transactions.aborted", "{transaction}", "Transactions aborted."),
+    "fenced_tasks": ("tasks.fenced", "{task}", "Tasks stopped because another worker took them over."),
+    "pauses": ("partitions.pauses", "{pause}", "Times a task's partitions were paused for backpressure."),
+    "resumes": ("partitions.resumes", "{resume}", "Times paused partitions were resumed."),
+    "assignments": ("rebalance.assignments", "{rebalance}", "Partition assignments received."),
+    "revocations": ("rebalance.revocations", "{rebalance}", "Partition revocations received."),
+}
+
+# Per-record processing is usually well under a millisecond; the SDK's default buckets start at 5 ms.
+PROCESSING_BUCKETS_MS: Final = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10000)
+COMMIT_BUCKETS_MS: Final = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Source(Generic[T]):
+    callback: Callable[[], T]
+    attributes: Attributes
+
+
+class _Sources(Generic[T]):
+    """Registered callbacks of one kind; a failing callback is logged and its values left out."""
+
+    def __init__(self, what: str):
+        self._what = what
+        self._sources: list[_Source[T]] = []
+
+    def add(self, callback: Callable[[], T], attributes: Attributes | None) -> Unregister:
+        source = _Source(callback, dict(attributes or {}))
+        self._sources.append(source)
+        return lambda: self._sources.remove(source) if source in self._sources else None
+
+    def read(self) -> Iterable[tuple[T, Attributes]]:
+        for source in list(self._sources):
+            try:
+                value = source.callback()
+            except Exception:  # an engine callback must not break the whole collection
+                log.warning("reading %s for metrics failed", self._what, exc_info=True)
+                continue
+            yield value, source.attributes
+
+
+class RuntimeMetrics:
+    """The runtime's instruments. Built on a no-op meter when metrics are off (`enabled` is then False)."""
+
+    def __init__(self, meter: Meter | None, group: str | None = None):
+        self.enabled = meter is not None
+        self._meter = meter if meter is not None else NoOpMeter(INSTRUMENTATION_NAME)
+        self._group = group
+        self._counters: _Sources[Counters] = _Sources("counters")
+        self._lag: _Sources[PartitionValues] = _Sources("consumer lag")
+        self._queues: _Sources[Mapping[str, int]] = _Sources("queue depth")
+        self._paused: _Sources[int] = _Sources("paused partitions")
+        self._restore: _Sources[Mapping[tuple[str, int], tuple[int, int]]] = _Sources("restore progress")
+        self._global_lag: _Sources[PartitionValues] = _Sources("global-store lag")
+        self._processor_attributes: dict[str, Attributes] = {}
+        self._commit_attributes = {
+            True: {"kafka_actor.transactional": True},
+            False: {"kafka_actor.transactional": False},
+        }
+
+        meter = self._meter
+        for field, (name, unit, description) in COUNTER_FIELDS.items():
+            meter.create_observable_counter(PREFIX + name, [self._counter_callback(field)], unit, description)
+        self._processing = meter.create_histogram(
+            PREFIX + "process.duration",
+            "ms",
+            "Time process() took for one record.",
+            explicit_bucket_boundaries_advisory=PROCESSING_BUCKETS_MS,
+        )
+        self._commit = meter.create_histogram(
+            PREFIX + "commit.duration",
+            "ms",
+            "Time one commit (offsets or transaction) took.",
+            explicit_bucket_boundaries_advisory=COMMIT_BUCKETS_MS,
+        )
+        meter.create_observable_gauge(
+            PREFIX + "consumer.lag", [self._observe_lag], "{record}", "Records between the position and the end."
+        )
+        meter.create_observable_gauge(
+            PREFIX + "task.queue.depth", [self._observe_queues], "{record}", "Records queued for a task."
+        )
+        meter.create_observable_gauge(
+            PREFIX + "partitions.paused", [self._observe_paused], "{partition}", "Input partitions paused now."
+        )
+        meter.create_observable_gauge(
+            PREFIX + "restore.records.done", [self._observe_restore(0)], "{record}", "Changelog records restored."
+        )
+        meter.create_observable_gauge(
+            PREFIX + "restore.records.remaining",
+            [self._observe_restore(1)],
+            "{record}",
+            "Changelog records still to restore.",
+        )
+        meter.create_observable_gauge(
+            PREFIX + "global_store.lag", [self._observe_global_lag], "{record}", "Global-store records not yet applied."
+        )
+
+    # Registration: each returns a function that removes what it registered (e.g. when a worker stops).
+
+    def register_counters(self, counters: Counters, attributes: Attributes | None = None) -> Unregister:
+        """Report `counters` fields as observable counters; several registrations with equal attributes add up."""
+        return self._counters.add(lambda: counters, attributes)
+
+    def register_consumer_lag(
+        self, callback: Callable[[], PartitionValues], attributes: Attributes | None = None
+    ) -> Unregister:
+        """`callback` returns {(topic, partition): lag in records} for the partitions consumed now."""
+        return self._lag.add(callback, attributes)
+
+    def register_queue_depth(
+        self, callback: Callable[[], Mapping[str, int]], attributes: Attributes | None = None
+    ) -> Unregister:
+        """`callback` returns {task id: records queued}."""
+        return self._queues.add(callback, attributes)
+
+    def register_paused_partitions(
+        self, callback: Callable[[], int], attributes: Attributes | None = None
+    ) -> Unregister:
+        """`callback` returns how many input partitions are paused now."""
+        return self._paused.add(callback, attributes)
+
+    def register_restore(
+        self, callback: Callable[[], Mapping[tuple[str, int], tuple[int, int]]], attributes: Attributes | None = None
+    ) -> Unregister:
+        """`callback` returns {(changelog topic, partition): (records restored, records remaining)}."""
+        return self._restore.add(callback, attributes)
+
+    def register_global_store_lag(
+        self, callback: Callable[[], PartitionValues], attributes: Attributes | None = None
+    ) -> Unregister:
+        """`callback` returns {(global-store topic, partition): records not yet applied}."""
+        return self._global_lag.add(callback, attributes)
+
+    # Recorded as they happen: call only when `enabled`.
+
+    def record_processing(self, milliseconds: float, processor: str) -> None:
+        attributes = self._processor_attributes.get(processor)
+        if attributes is None:
+            attributes = self._processor_attributes[processor] = {PROCESSOR: processor}
+        self._processing.record(milliseconds, attributes)
+
+    def record_commit(self, milliseconds: float, transactional: bool = False) -> None:
+        self._commit.record(milliseconds, self._commit_attributes[transactional])
+
+    # Collection.
+
+    def _counter_callback(self, field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            totals: dict[tuple[tuple[str, AttributeValue], ...], float] = {}
+            for counters, attributes in self._counters.read():
+                key = tuple(sorted(attributes.items()))
+                totals[key] = totals.get(key, 0) + getattr(counters, field)
+            return [Observation(value, dict(key)) for key, value in totals.items()]
+
+        return observe
+
+    def _partition_attributes(self, topic: str, partition: int, extra: Attributes) -> dict[str, AttributeValue]:
+        attributes: dict[str, AttributeValue] = {
+            MESSAGING_SYSTEM: "kafka",
+            MESSAGING_DESTINATION_NAME: topic,
+            MESSAGING_DESTINATION_PARTITION_ID: str(partition),
+        }
+        if self._group is not None:
+            attributes[MESSAGING_CONSUMER_GROUP_NAME] = self._group
+        attributes.update(extra)
+        return attributes
+
+    def _observe_lag(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(lag, self._partition_attributes(topic, partition, extra))
+            for values, extra in self._lag.read()
+            for (topic, partition), lag in values.items()
+        ]
+
+    def _observe_global_lag(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(lag, self._partition_attributes(topic, partition, extra))
+            for values, extra in self._global_lag.read()
+            for (topic, partition), lag in values.items()
+        ]
+
+    def _observe_queues(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(depth, {TASK: task, **extra})
+            for values, extra in self._queues.read()
+            for task, depth in values.items()
+        ]
+
+    def _observe_paused(self, options: CallbackOptions) -> Iterable[Observation]:
+        totals: dict[tuple[tuple[str, AttributeValue], ...], int] = {}
+        for count, attributes in self._paused.read():
+            key = tuple(sorted(attributes.items()))
+            totals[key] = totals.get(key, 0) + count
+        return [Observation(value, dict(key)) for key, value in totals.items()]
+
+    def _observe_restore(self, which: int) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            return [
+                Observation(progress[which], self._partition_attributes(topic, partition, extra))
+                for values, extra in self._restore.read()
+                for (topic, partition), progress in values.items()
+            ]
+
+        return observe

@@ -14,8 +14,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from processors.partitioner import partition_for
 from runtime.counters import Counters
-from runtime.partitioner import partition_for
 
 HeaderList = Sequence[tuple[str, bytes]]
 

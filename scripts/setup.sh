@@ -22,7 +22,7 @@ fi
 stamp=.venv/.installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e ".[dev${EXTRAS:+,$EXTRAS}]"
+    .venv/bin/python -m pip install -q -e ".[dev,spark]"
     touch "$stamp"
 fi
 # Resolve Kafka's jars now (from Maven Central, cached outside the repository).

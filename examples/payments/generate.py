@@ -18,9 +18,9 @@ from typing import Any, Final
 
 import msgpack
 from aiokafka import AIOKafkaProducer
-from aiokafka.partitioner import murmur2
 
 from examples.payments.processors import DEFAULT_MAX_AMOUNT_MINOR
+from processors.partitioner import partition_for
 
 VALID: Final = "valid"
 INVALID: Final = "invalid"
@@ -84,11 +84,6 @@ def _spoil(payment: dict[str, Any], rng: random.Random) -> None:
             payment["currency"] = rng.choice(["GBP", "XXX", "rub", ""])
         case _:
             del payment[rng.choice(["terminal_id", "account", "currency"])]
-
-
-def partition_for(key: bytes, partitions: int) -> int:
-    """The Java producer's default partition for a key, so the runtime and replay agree with us."""
-    return int((murmur2(key) & 0x7FFFFFFF) % partitions)
 
 
 async def produce_payments(bootstrap: str, topic: str, payments: Iterator[Payment]) -> dict[str, int]:

@@ -13,8 +13,8 @@ import msgpack
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from processors.partitioner import partition_for
 from runtime.config import parse_app
-from runtime.partitioner import partition_for
 from runtime.worker import Worker
 from tests.conftest import TopicNamer
 from tests.integration.running import numbered, spawn_worker, write_app

@@ -9,12 +9,13 @@ from typing import Any
 import msgpack
 import pytest
 
-from examples.payments.generate import INVALID, POISON, VALID, Payment, make_payments, partition_for
+from examples.payments.generate import INVALID, POISON, VALID, Payment, make_payments
 from examples.payments.processors import ValidatePayment, rejection_reason
 from examples.payments.run import APP_YAML, ROOT, added_totals, check, check_totals, growth, money
 from examples.payments.totals import AccountTotals
 from processors import Context, Record
 from processors.context import Punctuation
+from processors.partitioner import partition_for
 from processors.serdes import resolve_serde
 from runtime.config import load_app
 from stores import KeyValueStore, MemoryBackend

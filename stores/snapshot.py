@@ -1,0 +1,195 @@
+"""Snapshots of a store: SST files per partition plus a manifest, built offline (by Spark) and ingested.
+
+Layout of a snapshot directory (one per store):
+
+    manifest.json
+    partition-0/000000.sst
+    partition-1/            (empty: the partition has no rows)
+
+The manifest says what the files hold (app, store, partition count, serdes) so a runtime never
+ingests a snapshot of another store or one encoded differently, and which changelog offset each
+partition covers, so only the changelog tail after it is replayed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rocksdict import Options, SstFileWriter
+
+from stores.errors import StoreError
+from stores.rocksdb import RocksDBBackend
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+SST_NAME = "000000.sst"
+
+
+class SnapshotError(StoreError):
+    """A snapshot directory is missing, unreadable or damaged."""
+
+
+class SnapshotMismatch(SnapshotError):
+    """A snapshot is valid but belongs to another app or store, or is encoded differently."""
+
+
+class Manifest(BaseModel):
+    """What a snapshot holds. Offsets are the next changelog offset each partition covers."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format_version: int = FORMAT_VERSION
+    app: str
+    store: str
+    partitions: int = Field(gt=0)
+    key_serde: str
+    value_serde: str
+    changelog_topic: str | None = None
+    changelog_offsets: dict[int, int] = Field(default_factory=dict)
+    row_counts: dict[int, int] = Field(default_factory=dict)
+    checksums: dict[str, str] = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+
+def partition_dir(snapshot_dir: str | os.PathLike[str], partition: int) -> Path:
+    return Path(snapshot_dir) / f"partition-{partition}"
+
+
+def write_manifest(snapshot_dir: str | os.PathLike[str], manifest: Manifest) -> Path:
+    """Written last and renamed into place, so a manifest's presence means the snapshot is complete."""
+    directory = Path(snapshot_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / MANIFEST_NAME
+    temporary = directory / f".{MANIFEST_NAME}.tmp"
+    temporary.write_text(manifest.model_dump_json(indent=2) + "\n")
+    os.replace(temporary, target)
+    return target
+
+
+def read_manifest(snapshot_dir: str | os.PathLike[str]) -> Manifest:
+    path = Path(snapshot_dir) / MANIFEST_NAME
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SnapshotError(f"snapshot {snapshot_dir} has no readable {MANIFEST_NAME}: {exc}") from exc
+    try:
+        manifest = Manifest.model_validate_json(text)
+    except ValidationError as exc:
+        raise SnapshotError(f"{path} is not a valid manifest: {exc}") from exc
+    if manifest.format_version != FORMAT_VERSION:
+        raise SnapshotError(f"{path} has format_version {manifest.format_version}; this code reads {FORMAT_VERSION}")
+    return manifest
+
+
+def validate(manifest: Manifest, app: str, store: str, partitions: int, key_serde: str, value_serde: str) -> None:
+    """Refuses a snapshot of another app/store, partition count or encoding: its bytes would be wrong here."""
+    expected = {
+        "app": app,
+        "store": store,
+        "partitions": partitions,
+        "key_serde": key_serde,
+        "value_serde": value_serde,
+    }
+    for field, wanted in expected.items():
+        found = getattr(manifest, field)
+        if found != wanted:
+            raise SnapshotMismatch(
+                f"snapshot of app '{manifest.app}' store '{manifest.store}' has {field}={found!r}, expected {wanted!r}"
+            )
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_checksums(snapshot_dir: str | os.PathLike[str], manifest: Manifest) -> None:
+    """Every listed file exists with its checksum, and no SST file is there unlisted."""
+    root = Path(snapshot_dir)
+    for name, expected in manifest.checksums.items():
+        path = root / name
+        if not path.is_file():
+            raise SnapshotError(f"snapshot {root}: {name} is listed in the manifest but missing")
+        actual = sha256_file(path)
+        if actual != expected:
+            raise SnapshotError(f"snapshot {root}: {name} has sha256 {actual}, the manifest says {expected}")
+    listed = set(manifest.checksums)
+    for path in root.glob("partition-*/*.sst"):
+        name = path.relative_to(root).as_posix()
+        if name not in listed:
+            raise SnapshotError(f"snapshot {root}: {name} is not listed in the manifest")
+
+
+def partition_files(snapshot_dir: str | os.PathLike[str], manifest: Manifest, partition: int) -> list[Path]:
+    prefix = f"partition-{partition}/"
+    return sorted(Path(snapshot_dir) / name for name in manifest.checksums if name.startswith(prefix))
+
+
+def ingest_partition(backend: RocksDBBackend, snapshot_dir: str | os.PathLike[str], partition: int) -> int:
+    """Loads one partition's SST files into an empty store; returns the changelog offset to resume from.
+
+    The store must be empty (wipe it first): keys deleted since the snapshot would otherwise survive.
+    Checksums are verified before anything is loaded.
+    """
+    manifest = read_manifest(snapshot_dir)
+    if not 0 <= partition < manifest.partitions:
+        raise SnapshotError(f"snapshot {snapshot_dir} has {manifest.partitions} partitions, no partition {partition}")
+    if next(iter(backend.items()), None) is not None:
+        raise SnapshotError(f"not ingesting snapshot {snapshot_dir} partition {partition}: the store is not empty")
+    files = partition_files(snapshot_dir, manifest, partition)
+    root = Path(snapshot_dir)
+    for path in files:
+        name = path.relative_to(root).as_posix()
+        if sha256_file(path) != manifest.checksums[name]:
+            raise SnapshotError(f"snapshot {root}: {name} does not match its checksum")
+    offset = manifest.changelog_offsets.get(partition, 0)
+    if files:
+        backend.ingest(files, offset)
+    else:
+        backend.write((), offset)
+    return offset
+
+
+def sst_options() -> Options:
+    """Raw mode, as the runtime's databases: an SST from other options would not ingest."""
+    return Options(raw_mode=True)
+
+
+def write_partition_sst(rows: Iterable[tuple[bytes, bytes]], path: str | os.PathLike[str]) -> int:
+    """Writes rows, strictly increasing by key bytes, to one SST file; returns the row count.
+
+    Writes no file when there are no rows (RocksDB cannot make an empty SST). A repeated or
+    out-of-order key raises `ValueError` naming it.
+    """
+    target = Path(path)
+    writer: SstFileWriter | None = None
+    previous: bytes | None = None
+    count = 0
+    try:
+        for key, value in rows:
+            if previous is not None and key <= previous:
+                problem = "repeated" if key == previous else "out of order"
+                raise ValueError(f"key {key!r} is {problem} (after {previous!r}): an SST needs increasing keys")
+            if writer is None:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                writer = SstFileWriter(sst_options())
+                writer.open(str(target))
+            writer[key] = value
+            previous = key
+            count += 1
+        if writer is not None:
+            writer.finish()
+            writer = None
+    finally:
+        if writer is not None:  # failed part-way: leave no half-written file behind
+            del writer
+            target.unlink(missing_ok=True)
+    return count

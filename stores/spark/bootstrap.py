@@ -1,0 +1,108 @@
+"""Bootstrap a store from bulk data: read with Spark, encode with the store's serdes, write SSTs + manifest.
+
+The changelog is not seeded, so the manifest records no changelog offsets: a runtime ingesting the
+snapshot replays its (empty) changelog from the start.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from processors.serdes import resolve_serde
+from stores.snapshot import Manifest, SnapshotError, write_manifest
+from stores.spark.partitioning import KeyValue, place_and_sort, write_ssts
+
+SOURCES = ("parquet", "csv", "json", "jdbc")
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    rows_read: int
+    rows_written: int
+    manifest: Manifest
+
+
+def read_source(spark: Any, source: str, path: str, options: dict[str, str] | None = None) -> Any:
+    """A DataFrame of `source`; for jdbc `path` is the URL and `options` hold dbtable, user, password."""
+    reader = spark.read
+    if source == "csv":
+        reader = reader.option("header", "true").option("inferSchema", "true")
+    for name, value in (options or {}).items():
+        reader = reader.option(name, value)
+    if source == "jdbc":
+        return reader.format("jdbc").option("url", path).load()
+    if source not in SOURCES:
+        raise ValueError(f"unknown source '{source}'; one of {', '.join(SOURCES)}")
+    return reader.format(source).load(path)
+
+
+def encode_rows(
+    rows: Iterator[Any], key_columns: Sequence[str], value_columns: Sequence[str], key_serde: str, value_serde: str
+) -> Iterator[KeyValue]:
+    """One column is stored as its value; several as a list (keys) or a dict by column name (values)."""
+    keys, values = resolve_serde(key_serde), resolve_serde(value_serde)
+    for row in rows:
+        key = row[key_columns[0]] if len(key_columns) == 1 else [row[name] for name in key_columns]
+        if key is None or (isinstance(key, list) and None in key):
+            raise ValueError(f"row has a null key in {list(key_columns)}: {row!r}")
+        value = row[value_columns[0]] if len(value_columns) == 1 else {name: row[name] for name in value_columns}
+        yield keys.serialize(key), values.serialize(value)
+
+
+def bootstrap(
+    spark: Any,
+    frame: Any,
+    *,
+    key_columns: Sequence[str],
+    value_columns: Sequence[str] | None,
+    app: str,
+    store: str,
+    partitions: int,
+    key_serde: str,
+    value_serde: str,
+    out: str | os.PathLike[str],
+) -> BootstrapResult:
+    """`value_columns=None` stores every non-key column, as a dict. A repeated key fails the job."""
+    out_dir = Path(out)
+    if (out_dir / "manifest.json").exists() or (out_dir.exists() and any(out_dir.iterdir())):
+        raise SnapshotError(f"output directory {out_dir} is not empty")
+    missing = [name for name in (*key_columns, *(value_columns or ())) if name not in frame.columns]
+    if missing:
+        raise ValueError(f"columns {missing} are not in the source; it has {frame.columns}")
+    values = list(value_columns) if value_columns else [name for name in frame.columns if name not in key_columns]
+    if not values:
+        raise ValueError("no value columns: every column is a key column")
+    rows_read = spark.sparkContext.accumulator(0)
+
+    def counted(rows: Iterator[Any]) -> Iterator[Any]:
+        for row in rows:
+            rows_read.add(1)
+            yield row
+
+    encode = functools.partial(
+        encode_rows, key_columns=list(key_columns), value_columns=values, key_serde=key_serde, value_serde=value_serde
+    )
+    pairs = frame.select(*key_columns, *values).rdd.mapPartitions(counted).mapPartitions(encode)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        written = write_ssts(place_and_sort(pairs, partitions), out_dir)
+    except Exception:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    manifest = Manifest(
+        app=app,
+        store=store,
+        partitions=partitions,
+        key_serde=key_serde,
+        value_serde=value_serde,
+        row_counts={result.partition: result.rows for result in written},
+        checksums={name: digest for result in written for name, digest in result.checksums.items()},
+    )
+    write_manifest(out_dir, manifest)
+    return BootstrapResult(rows_read=rows_read.value, rows_written=sum(manifest.row_counts.values()), manifest=manifest)

@@ -1,0 +1,41 @@
+"""The Spark session the jobs share: Python workers run this interpreter, so they import this package."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+"""Spark's Kafka source; its version must equal pyspark's (pinned in the `spark` extra)."""
+
+TOKEN_PROVIDER = "org.apache.spark:spark-token-provider-kafka-0-10_2.13"
+TOKEN_PROVIDER_JAR = (
+    "https://repo1.maven.org/maven2/org/apache/spark/spark-token-provider-kafka-0-10_2.13/4.0.0/"
+    "spark-token-provider-kafka-0-10_2.13-4.0.0.jar"
+)
+"""The Kafka source depends on the token provider of its own version, which Maven Central lacks
+for 4.2.0 (newest there: 4.0.0 and 4.1.0-preview1). It is excluded from resolution and the 4.0.0
+jar is added by URL instead; the source uses only its config helpers, unchanged since."""
+
+
+def spark_session(app_name: str, master: str | None = None, *, kafka: bool = False) -> SparkSession:
+    """`master=None` leaves the master to spark-submit (or Spark's default, local[*])."""
+    # The local SparkContext takes its workers' interpreter from the environment only.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    builder = (
+        builder.config("spark.pyspark.python", sys.executable)
+        .config("spark.pyspark.driver.python", sys.executable)
+        .config("spark.ui.enabled", "false")
+    )
+    if kafka:
+        builder = (
+            builder.config("spark.jars.packages", KAFKA_PACKAGE)
+            .config("spark.jars.excludes", TOKEN_PROVIDER)
+            .config("spark.jars", TOKEN_PROVIDER_JAR)
+        )
+    return builder.getOrCreate()

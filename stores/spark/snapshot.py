@@ -1,0 +1,147 @@
+"""Snapshot a store from its changelog: the latest value per key up to end offsets fixed at job start.
+
+The end offsets are read once from the broker (read_committed, so they are the last stable offsets)
+and passed to Spark as `endingOffsets`: the manifest then names exactly the offsets the SSTs cover,
+and the runtime replays only what came after them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from stores.snapshot import Manifest, SnapshotError, SnapshotMismatch, write_manifest
+from stores.spark.partitioning import write_ssts
+
+
+@dataclass(frozen=True)
+class SnapshotResult:
+    records_read: int
+    rows_written: int
+    manifest: Manifest
+
+
+async def _partition_count(bootstrap_servers: str, topic: str) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    await admin.start()
+    try:
+        described: list[dict[str, Any]] = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    for entry in described:
+        if entry["topic"] == topic and entry["error_code"] == 0 and entry["partitions"]:
+            return len(entry["partitions"])
+    raise SnapshotError(f"changelog topic {topic} does not exist or has no partitions")
+
+
+async def _end_offsets(bootstrap_servers: str, topic: str) -> dict[int, int]:
+    partitions = await _partition_count(bootstrap_servers, topic)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers, isolation_level="read_committed", enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+        return {tp.partition: offset for tp, offset in ends.items()}
+    finally:
+        await consumer.stop()
+
+
+def changelog_end_offsets(bootstrap_servers: str, topic: str) -> dict[int, int]:
+    """The next offset of each partition a read_committed consumer would stop at now."""
+    return asyncio.run(_end_offsets(bootstrap_servers, topic))
+
+
+def read_changelog(spark: Any, bootstrap_servers: str, topic: str, end_offsets: dict[int, int]) -> Any:
+    """The committed records of every partition from the earliest offset up to `end_offsets`."""
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", json.dumps({topic: {str(p): offset for p, offset in end_offsets.items()}}))
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+    )
+
+
+def latest_values(records: Any) -> Any:
+    """An RDD of ((partition, key), value) for each live key: its value at its highest offset."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    latest = (
+        records.where(F.col("key").isNotNull())
+        .groupBy("partition", "key")
+        .agg(F.max(F.struct("offset", "value")).alias("last"))
+        .where(F.col("last.value").isNotNull())  # a tombstone last: the key is deleted
+        .select("partition", "key", F.col("last.value").alias("value"))
+    )
+    return latest.rdd.map(_pair)
+
+
+def _pair(row: Any) -> tuple[tuple[int, bytes], bytes]:
+    return (row["partition"], bytes(row["key"])), bytes(row["value"])
+
+
+def snapshot(
+    spark: Any,
+    *,
+    bootstrap_servers: str,
+    topic: str,
+    app: str,
+    store: str,
+    partitions: int,
+    key_serde: str,
+    value_serde: str,
+    out: str | os.PathLike[str],
+) -> SnapshotResult:
+    out_dir = Path(out)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise SnapshotError(f"output directory {out_dir} is not empty")
+    end_offsets = changelog_end_offsets(bootstrap_servers, topic)
+    if len(end_offsets) != partitions:
+        raise SnapshotMismatch(f"changelog {topic} has {len(end_offsets)} partitions, expected partitions={partitions}")
+    records = read_changelog(spark, bootstrap_servers, topic, end_offsets).cache()
+    records_read = records.count()
+    placed = latest_values(records).repartitionAndSortWithinPartitions(
+        partitions, partitionFunc=_changelog_partition, ascending=True
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        written = write_ssts(placed.map(_drop_partition, preservesPartitioning=True), out_dir)
+    except Exception:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    finally:
+        records.unpersist()
+    manifest = Manifest(
+        app=app,
+        store=store,
+        partitions=partitions,
+        key_serde=key_serde,
+        value_serde=value_serde,
+        changelog_topic=topic,
+        changelog_offsets=end_offsets,
+        row_counts={result.partition: result.rows for result in written},
+        checksums={name: digest for result in written for name, digest in result.checksums.items()},
+    )
+    write_manifest(out_dir, manifest)
+    return SnapshotResult(records_read=records_read, rows_written=sum(manifest.row_counts.values()), manifest=manifest)
+
+
+def _changelog_partition(partition_and_key: tuple[int, bytes]) -> int:
+    """A changelog record's partition is its store partition: no rehashing."""
+    return partition_and_key[0]
+
+
+def _drop_partition(pair: tuple[tuple[int, bytes], bytes]) -> tuple[bytes, bytes]:
+    (_, key), value = pair
+    return key, value

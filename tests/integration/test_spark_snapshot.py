@@ -1,0 +1,119 @@
+"""The Spark snapshot job over a real changelog: updates, deletes, and committed and aborted transactions."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from stores.rocksdb import RocksDBBackend
+from stores.snapshot import ingest_partition, read_manifest, validate, verify_checksums
+from stores.spark.__main__ import main
+from stores.spark.session import spark_session
+from stores.spark.snapshot import snapshot
+from tests.conftest import TopicNamer
+from tests.kafka_helpers import create_topic, produce, read_topic
+
+PARTITIONS = 3
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    session = spark_session("stores-spark-integration-tests", "local[2]", kafka=True)
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+async def _transactions(bootstrap: str, topic: str, committed: list[tuple[bytes, bytes | None]]) -> None:
+    """One committed transaction, then one aborted: its writes must not reach the snapshot."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{topic}-writer")
+    await producer.start()
+    try:
+        async with producer.transaction():
+            for key, value in committed:
+                await producer.send(topic, value, key=key)
+        await producer.begin_transaction()
+        for key, _ in committed:
+            await producer.send(topic, b"aborted", key=key)
+        await producer.send(topic, b"aborted", key=b"only-aborted")
+        await producer.abort_transaction()
+    finally:
+        await producer.stop()
+
+
+def _changelog(seed: int) -> list[tuple[bytes, bytes | None]]:
+    """Puts, overwrites and deletes (tombstones) of 300 keys, some deleted and written again."""
+    generator = random.Random(seed)
+    records: list[tuple[bytes, bytes | None]] = []
+    for step in range(3000):
+        key = f"key-{generator.randrange(300)}".encode()
+        records.append((key, None if generator.random() < 0.2 else f"value-{step}".encode()))
+    return records
+
+
+def test_snapshot_equals_the_latest_value_per_key(
+    spark: Any, kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    topic = topic_name("balances-changelog")
+
+    async def fill() -> None:
+        await create_topic(kafka_bootstrap, topic, PARTITIONS, {"cleanup.policy": "compact"})
+        await produce(kafka_bootstrap, topic, _changelog(1))
+        await _transactions(kafka_bootstrap, topic, _changelog(2)[:200])
+
+    anyio.run(fill)
+    records = anyio.run(read_topic, kafka_bootstrap, topic)
+    latest: dict[int, dict[bytes, bytes | None]] = {}
+    ends: dict[int, int] = {}
+    for record in records:
+        assert record.key is not None
+        latest.setdefault(record.partition, {})[record.key] = record.value
+        ends[record.partition] = record.offset
+    expected = {
+        partition: sorted((key, value) for key, value in values.items() if value is not None)
+        for partition, values in latest.items()
+    }
+    assert all(value != b"aborted" for values in latest.values() for value in values.values())
+
+    result = snapshot(
+        spark,
+        bootstrap_servers=kafka_bootstrap,
+        topic=topic,
+        app="bank",
+        store="balances",
+        partitions=PARTITIONS,
+        key_serde="bytes",
+        value_serde="bytes",
+        out=tmp_path / "snap",
+    )
+
+    manifest = read_manifest(tmp_path / "snap")
+    validate(manifest, "bank", "balances", PARTITIONS, "bytes", "bytes")
+    verify_checksums(tmp_path / "snap", manifest)
+    assert manifest.changelog_topic == topic
+    assert result.records_read == len(records)
+    assert result.rows_written == sum(len(rows) for rows in expected.values())
+    for partition in range(PARTITIONS):
+        # The end offset is past the last committed record (and the aborted transaction's records and markers).
+        assert manifest.changelog_offsets[partition] > ends.get(partition, -1)
+        backend = RocksDBBackend(tmp_path / f"db-{partition}")
+        try:
+            offset = ingest_partition(backend, tmp_path / "snap", partition)
+            assert offset == manifest.changelog_offsets[partition]
+            assert list(backend.items()) == expected.get(partition, [])
+            assert backend.changelog_offset() == offset
+        finally:
+            backend.close()
+
+    # The command line runs the same job (and stops the session it used).
+    argv = ["snapshot", f"--bootstrap-servers={kafka_bootstrap}", f"--topic={topic}", "--app=bank", "--store=balances"]
+    argv += [f"--partitions={PARTITIONS}", "--key-serde=bytes", "--value-serde=bytes", f"--out={tmp_path / 'cli'}"]
+    assert main(argv) == 0
+    again = read_manifest(tmp_path / "cli")
+    assert (again.changelog_offsets, again.row_counts) == (manifest.changelog_offsets, manifest.row_counts)

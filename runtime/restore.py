@@ -14,6 +14,7 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runtime.counters import Counters
+from runtime.restore_progress import RestoreProgress
 from runtime.state import TaskState, TaskStore
 
 log = logging.getLogger(__name__)
@@ -27,9 +28,10 @@ ConsumerFactory = Callable[[], AIOKafkaConsumer]
 class ChangelogRestorer:
     """Restores stores one changelog partition at a time, in bounded batches."""
 
-    def __init__(self, new_consumer: ConsumerFactory, counters: Counters):
+    def __init__(self, new_consumer: ConsumerFactory, counters: Counters, progress: RestoreProgress | None = None):
         self._new_consumer = new_consumer
         self._counters = counters
+        self._progress = progress or RestoreProgress()
 
     async def restore(self, state: TaskState) -> None:
         await state.open()
@@ -68,6 +70,7 @@ class ChangelogRestorer:
         started = last_report = time.monotonic()
         log.info("restoring store %s partition %d from its changelog: offsets %d..%d", entry.name, tp.partition,
                  position, end)  # fmt: skip
+        bar = self._progress.start(f"restoring {entry.name}[{tp.partition}]", total)
         try:
             while position < end:
                 batches = await consumer.getmany(tp, timeout_ms=200, max_records=RESTORE_BATCH)
@@ -75,6 +78,7 @@ class ChangelogRestorer:
                 position = min(await consumer.position(tp), end)
                 entry.store.restore(((record.key, record.value) for record in records), position)
                 done += len(records)
+                self._progress.advance(bar, len(records))
                 self._counters.restored += len(records)
                 self._counters.restore_remaining -= len(records)
                 now = time.monotonic()
@@ -83,6 +87,7 @@ class ChangelogRestorer:
                     log.info("restoring store %s partition %d: %d/%d records (%.0f/s)", entry.name, tp.partition,
                              done, total, done / (now - started))  # fmt: skip
         finally:
+            self._progress.finish(bar)
             self._counters.restore_remaining -= total - done
         elapsed = time.monotonic() - started
         log.info("restored store %s partition %d: %d records in %.2fs (%.0f/s)", entry.name, tp.partition, done,

@@ -199,3 +199,20 @@ async def test_until_caught_up_processes_exactly_what_was_there(kafka_bootstrap:
     expected = [1 + max(r.offset for r in source_records if r.partition == p and msgpack.unpackb(r.value)["n"] < 900)
                 for p in range(3)]  # fmt: skip
     assert committed == expected
+
+
+async def test_workers_option_runs_one_group_of_processes(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    source, sink = topic_name("in"), topic_name("out")
+    await create_topic(kafka_bootstrap, source, 4)
+    await produce(kafka_bootstrap, source, numbered(4000))
+    app = echo_app(topic_name("app"), source, sink, 4, params={"sleep_ms": 1})
+    app["kafka"] = {"bootstrap_servers": kafka_bootstrap}
+    log = tmp_path / "workers.log"
+    supervisor = spawn_worker(write_app(tmp_path, app), "--workers", "2", "--until-caught-up", log=log)
+    assert supervisor.wait(timeout=120) == 0
+    pids = {line.split("[")[1].split("]")[0] for line in log.read_text().splitlines() if "assigned" in line}
+    assert len(pids) == 2, "two worker processes took part in the group"
+    numbers = {msgpack.unpackb(r.value)["value"]["n"] for r in await read_topic(kafka_bootstrap, sink)}
+    assert numbers == set(range(4000))

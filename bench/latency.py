@@ -48,10 +48,15 @@ def parse_args() -> argparse.Namespace:
 
 
 class OutputReader:
-    """Reads the output topic from the start and keeps (sent, latency) of every record."""
+    """Reads the output topic from the start and keeps (sent, latency) of every record.
+
+    It reads `read_committed`: under exactly-once a record counts once its transaction committed.
+    """
 
     def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed"
+        )
         self._tps = [TopicPartition(topic, p) for p in range(partitions)]
         self.samples: list[tuple[float, float]] = []
         self.first_output = asyncio.Event()

@@ -12,6 +12,8 @@ import msgpack
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+# Every worker a test starts; tests/integration/conftest.py kills those still running after each test.
+SPAWNED: list[subprocess.Popen[bytes]] = []
 
 
 def write_app(directory: Path, app: dict[str, Any], name: str = "app.yaml") -> Path:
@@ -23,10 +25,12 @@ def write_app(directory: Path, app: dict[str, Any], name: str = "app.yaml") -> P
 def spawn_worker(app: Path, *args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     output = log.open("ab") if log is not None else subprocess.DEVNULL
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, "-m", "runtime", str(app), *args],
-        cwd=REPO, env=env, stdout=output, stderr=output,
+        cwd=REPO, env=env, stdout=output, stderr=output, start_new_session=True,
     )  # fmt: skip
+    SPAWNED.append(process)
+    return process
 
 
 def numbered(count: int, start: int = 0) -> list[tuple[bytes, bytes]]:

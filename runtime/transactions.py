@@ -106,9 +106,9 @@ class ExactlyOnce:
     def _dirty(self, task: Task) -> bool:
         if task not in self._opened:
             return False
-        return task.outputs.sent + task.outputs.pending > self._sent_at_begin[
-            task
-        ] or task.next_offsets != self._committed.get(task, {})
+        produced = task.outputs.sent + task.outputs.pending
+        moved_on = task.next_offsets != self._committed.get(task, {})
+        return produced > self._sent_at_begin[task] or moved_on
 
     async def _begin(self, task: Task) -> None:
         await task.outputs.producer.begin_transaction()

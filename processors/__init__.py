@@ -1,8 +1,9 @@
 """The public processor API: subclass `Processor`, receive `Record`s, act through the `Context`."""
 
 from processors.context import Context
+from processors.global_updater import GlobalStoreUpdater
 from processors.processor import Processor
 from processors.record import Record
 from processors.serdes import Serde
 
-__all__ = ["Context", "Processor", "Record", "Serde"]
+__all__ = ["Context", "GlobalStoreUpdater", "Processor", "Record", "Serde"]

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stores import KeyValueStore
+    from stores import KeyValueStore, ReadOnlyStore
 
 Punctuation = Callable[[], Awaitable[None] | None]
 
@@ -49,6 +49,10 @@ class Context(ABC):
     @abstractmethod
     def store(self, name: str) -> KeyValueStore:
         """This task's instance of a store the processor declares under `stores:` in the app YAML."""
+
+    @abstractmethod
+    def global_store(self, name: str) -> ReadOnlyStore:
+        """A global store of the app (`global_stores:` in the YAML): the whole table, on every task, read-only."""
 
     @abstractmethod
     def schedule(self, every_ms: int, callback: Punctuation) -> None:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from processors.global_updater import GlobalStoreUpdater
 from processors.processor import Processor
 from processors.serdes import import_object, resolve_serde
 
@@ -80,6 +81,41 @@ class StoreConfig(Strict):
     _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: _known_serde(name)))
 
 
+class GlobalStoreConfig(Strict):
+    """Reference data: the whole topic replicated into every worker, read before any record is processed."""
+
+    topic: str = Field(pattern=TOPIC_NAME)
+    backend: Literal["memory", "rocksdb"] = "rocksdb"
+    key_serde: str = "msgpack"
+    value_serde: str = "msgpack"
+    updater: str | None = None
+    errors: Literal["skip", "dead_letter"] = "skip"
+
+    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: _known_serde(name)))
+
+    @field_validator("updater")
+    @classmethod
+    def _class_is_updater(cls, path: str | None) -> str | None:
+        if path is not None:
+            _import_subclass(path, GlobalStoreUpdater, "global store updater")
+        return path
+
+    def updater_instance(self) -> GlobalStoreUpdater:
+        if self.updater is None:
+            return GlobalStoreUpdater()
+        found: type[GlobalStoreUpdater] = import_object(self.updater)
+        return found()
+
+
+def _import_subclass(path: str, base: type, what: str) -> None:
+    try:
+        found = import_object(path)
+    except Exception as error:  # a user module may fail in any way: report it at its YAML path
+        raise ValueError(f"cannot import {what} class '{path}': {_describe(error)}") from None
+    if not (isinstance(found, type) and issubclass(found, base)):
+        raise ValueError(f"'{path}' is not a subclass of {base.__module__.split('.')[0]}.{base.__name__}")
+
+
 class ProcessorConfig(Strict):
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]+$")
     class_path: str = Field(alias="class")
@@ -99,12 +135,7 @@ class ProcessorConfig(Strict):
     @field_validator("class_path")
     @classmethod
     def _class_is_processor(cls, path: str) -> str:
-        try:
-            found = import_object(path)
-        except Exception as error:  # a user module may fail in any way: report it at its YAML path
-            raise ValueError(f"cannot import processor class '{path}': {_describe(error)}") from None
-        if not (isinstance(found, type) and issubclass(found, Processor)):
-            raise ValueError(f"'{path}' is not a subclass of processors.Processor")
+        _import_subclass(path, Processor, "processor")
         return path
 
     def processor_class(self) -> type[Processor]:
@@ -136,6 +167,7 @@ class AppConfig(Strict):
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     topics: dict[str, TopicConfig] = Field(default_factory=dict)
     processors: list[ProcessorConfig] = Field(min_length=1)
+    global_stores: dict[str, GlobalStoreConfig] = Field(default_factory=dict)
     guarantee: Guarantee = Guarantee.AT_LEAST_ONCE
     commit_interval_ms: int | None = Field(default=None, ge=1)
     transaction_timeout_ms: int = Field(default=10_000, ge=1000)
@@ -180,7 +212,12 @@ class AppConfig(Strict):
                         f"'{store_owners[store]}' (store names are app-wide: they name changelog topics)"
                     )
                 store_owners[store] = processor.name
-        needs_dead_letters = ErrorPolicy.DEAD_LETTER in (self.errors.deserialization, self.errors.processing)
+        for name in self.global_stores:
+            if not re.match(r"^[a-zA-Z0-9_-]+$", name):
+                raise ValueError(f"global_stores.{name}: the name may only use letters, digits, '_' and '-'")
+        needs_dead_letters = ErrorPolicy.DEAD_LETTER in (self.errors.deserialization, self.errors.processing) or any(
+            spec.errors == "dead_letter" for spec in self.global_stores.values()
+        )
         if needs_dead_letters and self.dead_letter_topic not in self.topics:
             # The dead-letter topic always exists as bytes, whatever the app's serdes are.
             self.topics[self.dead_letter_topic] = TopicConfig(key_serde="bytes", value_serde="bytes")
@@ -242,7 +279,7 @@ def format_validation_error(error: ValidationError) -> str:
     for problem in error.errors():
         message = problem["msg"].removeprefix("Value error, ")
         location = _location(tuple(problem["loc"]))
-        if message.startswith(("processors[", "topics.")):
+        if message.startswith(("processors[", "topics.", "global_stores.")):
             lines.append(message)  # a cross-field check that already names its path
         else:
             lines.append(f"{location}: {message}")

@@ -24,6 +24,9 @@ class Counters:
     max_queued: int = 0
     restored: int = 0
     restore_remaining: int = 0
+    global_records: int = 0
+    global_store_errors: int = 0
+    global_bootstrap_seconds: float = 0.0
 
     def snapshot(self) -> dict[str, float]:
         return asdict(self)

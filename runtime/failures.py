@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 class Stage(StrEnum):
     DESERIALIZATION = "deserialization"
     PROCESSING = "processing"
+    GLOBAL_STORE = "global-store update"
 
 
 class RecordFailed(Exception):

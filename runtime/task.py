@@ -21,6 +21,7 @@ from runtime.failures import FailureHandler, Stage
 from runtime.outputs import Outputs
 from runtime.state import TaskState
 from runtime.task_context import TaskContext, TopicSerdes
+from stores import ReadOnlyStore
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class TaskServices:
     on_dequeue: Callable[[Task], None]
     restore: Callable[[TaskState], Awaitable[None]]
     on_ready: Callable[[Task], Awaitable[None]]
+    global_stores: Mapping[str, ReadOnlyStore]
 
 
 class Task:
@@ -273,5 +275,8 @@ def build_task(
     end_offsets: Mapping[TopicPartition, int] | None,
     state: TaskState | None = None,
 ) -> Task:
-    context = TaskContext(app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes, state)
+    context = TaskContext(
+        app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes, services.global_stores,
+        state,
+    )  # fmt: skip
     return Task(task_id, processor_class(), context, inputs, outputs, services, end_offsets, state)

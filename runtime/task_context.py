@@ -10,7 +10,7 @@ from typing import Any
 from processors.context import Context, Punctuation
 from processors.serdes import Serde
 from runtime.state import TaskState
-from stores import KeyValueStore
+from stores import KeyValueStore, ReadOnlyStore
 
 TopicSerdes = Mapping[str, tuple[Serde, Serde]]
 
@@ -36,6 +36,7 @@ class TaskContext(Context):
     _params: Mapping[str, Any]
     _outputs_allowed: frozenset[str]
     _serdes: TopicSerdes
+    _global_stores: Mapping[str, ReadOnlyStore]
     _state: TaskState | None = None
     pending: list[PendingOutput] = field(default_factory=list)
     punctuators: list[Punctuator] = field(default_factory=list)
@@ -84,6 +85,12 @@ class TaskContext(Context):
             declared = sorted(self._state.stores) if self._state is not None else []
             raise KeyError(f"processor '{self._processor_name}' declares no store '{name}' (it has {declared})")
         return entry.store
+
+    def global_store(self, name: str) -> ReadOnlyStore:
+        store = self._global_stores.get(name)
+        if store is None:
+            raise KeyError(f"there is no global store '{name}' (the app has {sorted(self._global_stores)})")
+        return store
 
     def schedule(self, every_ms: int, callback: Punctuation) -> None:
         if every_ms <= 0:

@@ -29,7 +29,22 @@ async def describe_partitions(admin: AIOKafkaAdminClient, topics: list[str]) -> 
 async def ensure_topics(admin: AIOKafkaAdminClient, config: AppConfig) -> dict[str, int]:
     """Create missing topics (when allowed) and changelogs; return every topic's partition count."""
     counts = await _ensure_declared(admin, config)
-    return {**counts, **await _ensure_changelogs(admin, config, counts)}
+    return {**counts, **await _ensure_changelogs(admin, config, counts), **await _global_topics(admin, config)}
+
+
+async def _global_topics(admin: AIOKafkaAdminClient, config: AppConfig) -> dict[str, int]:
+    """Global stores may read topics the app does not declare (another system writes them): they must exist."""
+    undeclared = sorted({spec.topic for spec in config.global_stores.values()} - set(config.topics))
+    if not undeclared:
+        return {}
+    counts = await describe_partitions(admin, undeclared)
+    for name, spec in config.global_stores.items():
+        if spec.topic not in counts and spec.topic not in config.topics:
+            raise ConfigError(
+                f"global_stores.{name}.topic: topic '{spec.topic}' does not exist "
+                "(declare it under topics to have it created)"
+            )
+    return counts
 
 
 async def _ensure_changelogs(admin: AIOKafkaAdminClient, config: AppConfig, counts: dict[str, int]) -> dict[str, int]:

@@ -19,6 +19,7 @@ from runtime.config import AppConfig, Guarantee
 from runtime.connection import Clients, start_with_retries
 from runtime.counters import Counters
 from runtime.failures import FailureHandler, RecordFailed, Stage
+from runtime.global_stores import GlobalStores
 from runtime.outputs import Outputs
 from runtime.restore import ChangelogRestorer
 from runtime.state import TaskState
@@ -78,6 +79,23 @@ class Worker:
             name: (resolve_serde(topic.key_serde), resolve_serde(topic.value_serde))
             for name, topic in config.topics.items()
         }
+        self.global_stores = GlobalStores(config, self._clients, self.counters)
+        try:
+            await self.global_stores.bootstrap(partition_counts)
+            self._follower = asyncio.create_task(self.global_stores.follow(), name="global stores")
+            try:
+                await self._run_clients(partition_counts)
+            finally:
+                self._follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._follower
+        finally:
+            await self.global_stores.close()
+        if self._failure is not None:
+            raise WorkerFailed(str(self._failure)) from self._failure
+
+    async def _run_clients(self, partition_counts: dict[str, int]) -> None:
+        config = self.config
         exactly_once = config.guarantee is Guarantee.EXACTLY_ONCE
         # Under exactly-once every task has its own transactional producer instead of this shared one.
         producer = None if exactly_once else self._clients.producer()
@@ -93,8 +111,6 @@ class Worker:
         finally:
             if producer is not None:
                 await producer.stop()
-        if self._failure is not None:
-            raise WorkerFailed(str(self._failure)) from self._failure
 
     async def _run_with(
         self, consumer: AIOKafkaConsumer, producer: AIOKafkaProducer | None, partition_counts: dict[str, int]
@@ -114,7 +130,7 @@ class Worker:
         restorer = ChangelogRestorer(self._restore_consumer, self.counters)
         self._services = TaskServices(
             failures, self.counters, self._serdes, self._commits,
-            self._backpressure.after_dequeue, restorer.restore, self._on_ready,
+            self._backpressure.after_dequeue, restorer.restore, self._on_ready, self.global_stores.views,
         )  # fmt: skip
         inputs = config.input_topics()
         if self._until_caught_up:
@@ -194,6 +210,10 @@ class Worker:
                     return
 
     def _check_tasks(self) -> None:
+        if self._follower.done() and not self._follower.cancelled() and self._follower.exception() is not None:
+            self._failure = self._follower.exception()
+            log.error("following the global stores failed: %r", self._failure)
+            return
         for task in list(self.tasks.values()):
             runner = task.runner
             if not runner.done() or runner.cancelled() or runner.exception() is None:

@@ -8,6 +8,7 @@ from typing import Literal
 from stores.backend import Backend, Change
 from stores.errors import StoreCorrupted, StoreError, StoreLocked
 from stores.memory import MemoryBackend
+from stores.read_only import ReadOnlyStore
 from stores.rocksdb import RocksDBBackend, wipe
 from stores.store import KeyValueStore, OnChange
 
@@ -17,6 +18,7 @@ __all__ = [
     "KeyValueStore",
     "MemoryBackend",
     "OnChange",
+    "ReadOnlyStore",
     "RocksDBBackend",
     "StoreCorrupted",
     "StoreError",

@@ -1,4 +1,4 @@
-"""What a store keeps its bytes in: a sorted map plus the changelog offset written with it."""
+"""What a store keeps its bytes in: a sorted map plus the source offsets written with it."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ class Backend(Protocol):
 
     The changelog offset is written in the same atomic write as the data it covers, so after
     a crash the data and the offset always agree and a restore resumes exactly where they stop.
+    A task's store mirrors one changelog partition (`source` 0); a global store mirrors every
+    partition of its topic and keeps one offset per partition (`source` = the partition).
     """
 
     def get(self, key: bytes) -> bytes | None: ...
@@ -25,12 +27,12 @@ class Backend(Protocol):
         """
         ...
 
-    def write(self, changes: Iterable[Change], changelog_offset: int | None) -> None:
-        """Apply the changes in order, and the offset unless it is `None`, all or nothing."""
+    def write(self, changes: Iterable[Change], changelog_offset: int | None, source: int = 0) -> None:
+        """Apply the changes in order, and the offset of `source` unless it is `None`, all or nothing."""
         ...
 
-    def changelog_offset(self) -> int | None:
-        """The next changelog offset to read when restoring; `None` if no offset was ever written."""
+    def changelog_offset(self, source: int = 0) -> int | None:
+        """The next offset of `source` to read when restoring; `None` if none was ever written."""
         ...
 
     def approximate_count(self) -> int: ...

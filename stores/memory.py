@@ -19,7 +19,7 @@ class MemoryBackend:
     def __init__(self) -> None:
         self._data: dict[bytes, bytes] = {}
         self._index: SortedList | None = None
-        self._offset: int | None = None
+        self._offsets: dict[int, int] = {}
 
     def get(self, key: bytes) -> bytes | None:
         return self._data.get(key)
@@ -31,7 +31,7 @@ class MemoryBackend:
         for key in self._index.irange(start, end, inclusive=(True, False)):
             yield key, data[key]
 
-    def write(self, changes: Iterable[Change], changelog_offset: int | None) -> None:
+    def write(self, changes: Iterable[Change], changelog_offset: int | None, source: int = 0) -> None:
         data, index = self._data, self._index
         if index is None:
             for key, value in changes:
@@ -49,10 +49,10 @@ class MemoryBackend:
                         index.add(key)
                     data[key] = value
         if changelog_offset is not None:
-            self._offset = changelog_offset
+            self._offsets[source] = changelog_offset
 
-    def changelog_offset(self) -> int | None:
-        return self._offset
+    def changelog_offset(self, source: int = 0) -> int | None:
+        return self._offsets.get(source)
 
     def approximate_count(self) -> int:
         return len(self._data)
@@ -60,7 +60,7 @@ class MemoryBackend:
     def wipe(self) -> None:
         self._data = {}
         self._index = None
-        self._offset = None
+        self._offsets = {}
 
     def close(self) -> None:
         self.wipe()

@@ -1,7 +1,7 @@
 """A backend in RocksDB (via rocksdict, raw bytes), one database directory per store and partition.
 
-The data lives in the default column family and the changelog offset in a column family of its
-own, so iteration never meets it and one WriteBatch updates both atomically. Every database of
+The data lives in the default column family and the source offsets in a column family of their
+own, so iteration never meets them and one WriteBatch updates both atomically. Every database of
 the process shares one block cache and one memtable budget: with a cache per database, memory
 grows with the number of partitions.
 """
@@ -39,8 +39,13 @@ MEMTABLE_BYTES = 32 * 1024 * 1024
 """Memtables of all databases of the process together; past it the largest is flushed."""
 
 _META_COLUMN_FAMILY = "changelog"
-_OFFSET_KEY = b"offset"
+_OFFSET_KEY_PREFIX = b"offset."
 _OFFSET = struct.Struct(">q")
+
+
+def _offset_key(source: int) -> bytes:
+    return _OFFSET_KEY_PREFIX + str(source).encode()
+
 
 # Names RocksDB and rocksdict create in a database directory; `wipe` deletes nothing else.
 _DB_FILES = ("CURRENT", "IDENTITY", "LOCK", "LOG", "MANIFEST-", "OPTIONS-", "rocksdict-config.json")
@@ -95,19 +100,21 @@ class RocksDBBackend:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = Path(path)
-        self._db, self._meta, self._offset = self._open()
+        self._db, self._meta, self._offsets = self._open()
 
-    def _open(self) -> tuple[Rdict, ColumnFamily | None, int | None]:
+    def _open(self) -> tuple[Rdict, ColumnFamily | None, dict[int, int]]:
         create = not self._path.exists() or not any(self._path.iterdir())
         try:
             db = Rdict(str(self._path), _options(create), column_families={_META_COLUMN_FAMILY: _options(create)})
         except Exception as exc:
             raise _open_error(self._path, exc) from exc
         meta = db.get_column_family(_META_COLUMN_FAMILY)
-        stored = meta.get(_OFFSET_KEY)
+        offsets: dict[int, int] = {}
+        for key, value in meta.items():
+            assert isinstance(key, bytes) and isinstance(value, bytes)  # raw mode
+            offsets[int(key.removeprefix(_OFFSET_KEY_PREFIX))] = _OFFSET.unpack(value)[0]
         del meta  # a column family object keeps the database, and its lock, alive
-        offset = None if stored is None else _OFFSET.unpack(stored)[0]
-        return db, db.get_column_family_handle(_META_COLUMN_FAMILY), offset
+        return db, db.get_column_family_handle(_META_COLUMN_FAMILY), offsets
 
     def get(self, key: bytes) -> bytes | None:
         try:
@@ -139,7 +146,7 @@ class RocksDBBackend:
                 raise StoreCorrupted(f"store {self._path}: {exc}") from exc
             raise
 
-    def write(self, changes: Iterable[Change], changelog_offset: int | None) -> None:
+    def write(self, changes: Iterable[Change], changelog_offset: int | None, source: int = 0) -> None:
         batch = WriteBatch(raw_mode=True)
         put, delete = batch.put, batch.delete
         for key, value in changes:
@@ -148,7 +155,7 @@ class RocksDBBackend:
             else:
                 put(key, value)
         if changelog_offset is not None:
-            batch.put(_OFFSET_KEY, _OFFSET.pack(changelog_offset), self._meta)
+            batch.put(_offset_key(source), _OFFSET.pack(changelog_offset), self._meta)
         if batch.is_empty():
             return
         try:
@@ -158,10 +165,10 @@ class RocksDBBackend:
                 raise StoreCorrupted(f"store {self._path}: {exc}") from exc
             raise
         if changelog_offset is not None:
-            self._offset = changelog_offset
+            self._offsets[source] = changelog_offset
 
-    def changelog_offset(self) -> int | None:
-        return self._offset
+    def changelog_offset(self, source: int = 0) -> int | None:
+        return self._offsets.get(source)
 
     def approximate_count(self) -> int:
         return self._db.property_int_value("rocksdb.estimate-num-keys") or 0
@@ -182,7 +189,7 @@ class RocksDBBackend:
     def wipe(self) -> None:
         self.close()
         wipe(self._path)
-        self._db, self._meta, self._offset = self._open()
+        self._db, self._meta, self._offsets = self._open()
 
     def close(self) -> None:
         """Flush and release the lock, so another process can open the store at once; idempotent."""

@@ -48,9 +48,9 @@ class KeyValueStore:
         """Keys written since the last flush; the engine flushes or commits before it grows too far."""
         return len(self._pending)
 
-    def changelog_offset(self) -> int | None:
+    def changelog_offset(self, source: int = 0) -> int | None:
         """The next changelog offset to restore from (as of the last flush or restore)."""
-        return self._backend.changelog_offset()
+        return self._backend.changelog_offset(source)
 
     def get(self, key: Any, default: Any = None) -> Any:
         key_bytes = self._keys.serialize(key)
@@ -101,11 +101,11 @@ class KeyValueStore:
         """Drop the pending buffer, e.g. when its exactly-once transaction aborted."""
         self._pending = {}
 
-    def restore(self, changes: Iterable[Change], next_offset: int) -> None:
-        """Apply raw changelog records and the offset after them in one write, without `on_change`."""
+    def restore(self, changes: Iterable[Change], next_offset: int, source: int = 0) -> None:
+        """Apply raw source records and the offset after them in one write, without `on_change`."""
         if self._pending:
             raise RuntimeError(f"store '{self.name}': restore with {len(self._pending)} unflushed writes")
-        self._backend.write(changes, next_offset)
+        self._backend.write(changes, next_offset, source)
 
     def wipe(self) -> None:
         """Drop all state and the offset, without changelog records: only before a full restore."""

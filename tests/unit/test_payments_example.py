@@ -18,7 +18,7 @@ from processors.context import Punctuation
 from processors.partitioner import partition_for
 from processors.serdes import resolve_serde
 from runtime.config import load_app
-from stores import KeyValueStore, MemoryBackend
+from stores import KeyValueStore, MemoryBackend, ReadOnlyStore
 
 
 class FakeContext(Context):
@@ -52,6 +52,9 @@ class FakeContext(Context):
         if name not in self._stores:
             raise KeyError(f"no store '{name}' declared")
         return self._stores[name]
+
+    def global_store(self, name: str) -> ReadOnlyStore:
+        raise AssertionError("the payments processors read no global store")
 
     def schedule(self, every_ms: int, callback: Punctuation) -> None:
         raise AssertionError("the payments processors schedule nothing")

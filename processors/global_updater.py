@@ -1,0 +1,20 @@
+"""How a record of a global store's topic becomes changes of the store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from processors.record import Record
+
+
+class GlobalStoreUpdater:
+    """The default mirrors the topic: the record's value under its key, a tombstone deletes the key.
+
+    Subclass it to filter or reshape reference rows on their way in (a row marked inactive deletes
+    its key, say), so processors read exactly the table they need. One instance per global store.
+    """
+
+    def changes(self, record: Record) -> Iterable[tuple[Any, Any]]:
+        """(key, value) pairs to write, in order; a value of `None` deletes the key."""
+        return ((record.key, record.value),)

@@ -1,0 +1,160 @@
+"""One global store: a topic's records applied to a local store, and the records that could not be."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from processors.global_updater import GlobalStoreUpdater
+from processors.record import Record
+from processors.serdes import resolve_serde
+from runtime.config import AppConfig, GlobalStoreConfig
+from stores import Change, KeyValueStore, ReadOnlyStore, StoreCorrupted, StoreLocked, open_backend, wipe
+
+log = logging.getLogger(__name__)
+
+KEPT_FAILURES = 1000
+MAX_COPIES = 32
+"""Worker processes on one machine each keep a copy of a RocksDB global store: `0/`, `1/`, ..."""
+
+
+OnFailures = Callable[["GlobalStore", list[tuple[Any, BaseException]]], Awaitable[None]]
+"""Told of the records of a batch that failed (raw record, error) before the batch is written."""
+
+
+@dataclass(frozen=True)
+class ApplyFailure:
+    """A record the store could not take, with everything needed to find and fix it."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    message: str
+    stack_trace: str
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset} key={self.key!r}: {self.message}"
+
+
+class GlobalStore:
+    """Applies records partition by partition, each batch with the partition's next offset in one write."""
+
+    def __init__(
+        self, name: str, spec: GlobalStoreConfig, store: KeyValueStore, path: Path | None, on_failures: OnFailures
+    ):
+        self.name = name
+        self.spec = spec
+        self.path = path
+        self.failures: deque[ApplyFailure] = deque(maxlen=KEPT_FAILURES)
+        self.failure_count = 0
+        self.applied = 0
+        self._store = store
+        self._on_failures = on_failures
+        self._updater = spec.updater_instance()
+        self._mirrors = type(self._updater).changes is GlobalStoreUpdater.changes
+        self._keys = resolve_serde(spec.key_serde)
+        self._values = resolve_serde(spec.value_serde)
+        self.view = ReadOnlyStore(store)
+
+    @classmethod
+    def open(cls, config: AppConfig, name: str, on_failures: OnFailures) -> GlobalStore:
+        """Open (or create) the store; a damaged RocksDB copy is wiped and read again from the topic."""
+        spec = config.global_stores[name]
+        keys, values = resolve_serde(spec.key_serde), resolve_serde(spec.value_serde)
+        if spec.backend == "memory":
+            store = KeyValueStore(open_backend("memory"), keys, values, name=name)
+            return cls(name, spec, store, None, on_failures)
+        root = config.state_dir / config.app_id / "global" / name
+        for copy in range(MAX_COPIES):
+            path = root / str(copy)
+            try:
+                backend = open_backend("rocksdb", path)
+            except StoreLocked:
+                continue  # another worker process on this machine has this copy
+            except StoreCorrupted as error:
+                log.warning("global store %s at %s is damaged (%s): reading it again from the topic",
+                            name, path, error)  # fmt: skip
+                wipe(path)
+                backend = open_backend("rocksdb", path)
+            return cls(name, spec, KeyValueStore(backend, keys, values, name=name), path, on_failures)
+        raise StoreLocked(f"global store {name}: all {MAX_COPIES} copies under {root} are in use")
+
+    def next_offset(self, partition: int) -> int | None:
+        """Where reading `partition` resumes, as stored with the data; `None`: from the beginning."""
+        return self._store.changelog_offset(partition)
+
+    def wipe(self) -> None:
+        self._store.wipe()
+
+    async def apply(self, partition: int, records: Iterable[Any], next_offset: int) -> None:
+        """Write the changes of `records` (aiokafka consumer records) and `next_offset`, atomically.
+
+        A record that fails to decode or update is left out, recorded and handed to `on_failures`
+        (which dead-letters it) before the write moves the offset past it.
+        """
+        changes: list[Change] = []
+        failed: list[tuple[Any, BaseException]] = []
+        count = 0
+        for raw in records:
+            count += 1
+            try:
+                if self._mirrors:
+                    changes.append(self._mirrored(raw))
+                else:
+                    changes.extend(self._updated(raw))
+            except Exception as error:  # bad data or a failing updater: recorded, the store goes on
+                failed.append((raw, error))
+        if failed:
+            self.failure_count += len(failed)
+            self.failures.extend(_failure(raw, error) for raw, error in failed)
+            await self._on_failures(self, failed)
+        self._store.restore(changes, next_offset, source=partition)
+        self.applied += count - len(failed)
+
+    def _mirrored(self, raw: Any) -> Change:
+        """The default update without a round trip through objects: the value bytes are kept as sent,
+        once they are known to decode; the key is encoded again, as `get` encodes it."""
+        if raw.key is None:
+            raise ValueError("a record without a key cannot be stored")
+        key = self._keys.serialize(self._keys.deserialize(raw.key))
+        if raw.value is not None:
+            self._values.deserialize(raw.value)
+        return key, raw.value
+
+    def _updated(self, raw: Any) -> list[Change]:
+        record = Record(
+            raw.topic,
+            raw.partition,
+            raw.offset,
+            raw.timestamp,
+            None if raw.key is None else self._keys.deserialize(raw.key),
+            None if raw.value is None else self._values.deserialize(raw.value),
+            tuple(raw.headers),
+        )
+        encode_key, encode_value = self._keys.serialize, self._values.serialize
+        return [
+            (encode_key(key), None if value is None else encode_value(value))
+            for key, value in self._updater.changes(record)
+        ]
+
+    def close(self) -> None:
+        self._store.close()
+
+
+def _failure(raw: Any, error: BaseException) -> ApplyFailure:
+    return ApplyFailure(
+        raw.topic,
+        raw.partition,
+        raw.offset,
+        raw.timestamp,
+        raw.key,
+        f"{type(error).__name__}: {error}",
+        "".join(traceback.format_exception(error)),
+    )

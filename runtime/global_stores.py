@@ -1,0 +1,178 @@
+"""Global stores: every worker reads their topics whole before it processes anything, then follows them.
+
+One consumer outside the group reads every partition of every global store's topic. The bootstrap
+ends when each partition's position reaches the end offset taken at start (under `read_committed`,
+the last stable offset); from then on the same consumer follows the topics for the life of the
+worker. Each batch is written with its partition's next offset, so a persistent store resumes
+where it stopped, and a store claiming offsets the topic does not have is read again from scratch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from runtime.config import AppConfig, ErrorPolicy
+from runtime.connection import Clients, start_with_retries
+from runtime.counters import Counters
+from runtime.failures import FailureHandler, Stage
+from runtime.global_store import GlobalStore
+from runtime.outputs import Outputs
+from stores import ReadOnlyStore
+
+log = logging.getLogger(__name__)
+
+FETCH_RECORDS = 20_000
+FOLLOW_POLL_MS = 500
+BOOTSTRAP_POLL_MS = 200
+
+
+class GlobalStores:
+    """The app's global stores, their consumer, and the follow loop."""
+
+    def __init__(self, config: AppConfig, clients: Clients, counters: Counters):
+        self._config = config
+        self._clients = clients
+        self._counters = counters
+        self._stores: dict[str, GlobalStore] = {}
+        self._readers: dict[TopicPartition, list[GlobalStore]] = defaultdict(list)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._dead_letters: Outputs | None = None
+        self._failures: dict[str, FailureHandler] = {}
+        self._positions: dict[TopicPartition, int] = {}
+        self._ends: dict[TopicPartition, int] = {}
+        self.bootstrap_seconds: float | None = None
+
+    @property
+    def views(self) -> Mapping[str, ReadOnlyStore]:
+        return {name: store.view for name, store in self._stores.items()}
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        """Records per partition not yet applied, against the end offsets last seen."""
+        return {(tp.topic, tp.partition): max(0, self._ends.get(tp, 0) - position)
+                for tp, position in self._positions.items()}  # fmt: skip
+
+    def positions(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(next offset to apply, end offset last seen) per partition."""
+        return {(tp.topic, tp.partition): (position, self._ends.get(tp, 0)) for tp, position in self._positions.items()}
+
+    def failures(self, name: str) -> list[Any]:
+        """The last records store `name` could not apply (`ApplyFailure`s, oldest first)."""
+        return list(self._stores[name].failures)
+
+    async def bootstrap(self, partition_counts: Mapping[str, int]) -> None:
+        """Open the stores and read their topics up to the end offsets of now: the barrier before processing."""
+        config = self._config
+        if not config.global_stores:
+            return
+        started = time.monotonic()
+        for name, spec in config.global_stores.items():
+            store = GlobalStore.open(config, name, self._on_failures)
+            self._stores[name] = store
+            for partition in range(partition_counts[spec.topic]):
+                self._readers[TopicPartition(spec.topic, partition)].append(store)
+            if spec.errors == "dead_letter":
+                self._failures[name] = FailureHandler(
+                    config.app_id, {Stage.GLOBAL_STORE: ErrorPolicy.DEAD_LETTER}, config.dead_letter_topic,
+                    self._counters,
+                )  # fmt: skip
+        await self._start_clients(partition_counts)
+        consumer = self._consumer
+        assert consumer is not None
+        tps = list(self._readers)
+        consumer.assign(tps)
+        beginnings = await consumer.beginning_offsets(tps)
+        self._ends = await consumer.end_offsets(tps)
+        self._discard_impossible(beginnings)
+        for tp in tps:
+            stored = [store.next_offset(tp.partition) for store in self._readers[tp]]
+            start = min((offset if offset is not None else beginnings[tp]) for offset in stored)
+            consumer.seek(tp, start)
+            self._positions[tp] = start
+        applied_before = self._applied()
+        while any(self._positions[tp] < end for tp, end in self._ends.items()):
+            await self._poll(BOOTSTRAP_POLL_MS)
+        self.bootstrap_seconds = time.monotonic() - started
+        self._counters.global_bootstrap_seconds = self.bootstrap_seconds
+        log.info("global stores %s ready: %d records read in %.2fs", sorted(self._stores),
+                 self._applied() - applied_before, self.bootstrap_seconds)  # fmt: skip
+
+    async def follow(self) -> None:
+        """Apply new records as they come, until cancelled; a failure to write a store ends the worker."""
+        if not self._stores:
+            return
+        while True:
+            await self._poll(FOLLOW_POLL_MS)
+
+    async def close(self) -> None:
+        try:
+            if self._consumer is not None:
+                await self._consumer.stop()
+            if self._producer is not None:
+                await self._producer.stop()
+        finally:
+            for store in self._stores.values():
+                store.close()
+
+    async def _start_clients(self, partition_counts: Mapping[str, int]) -> None:
+        bootstrap = self._clients.bootstrap_servers
+        self._consumer = self._clients.consumer(group_id=None, client_id=f"{self._config.app_id}-global-stores")
+        await start_with_retries("global-store consumer", bootstrap, self._consumer.start)
+        if self._failures:
+            self._producer = self._clients.producer(client_id=f"{self._config.app_id}-global-stores")
+            await start_with_retries("global-store dead-letter producer", bootstrap, self._producer.start)
+            self._dead_letters = Outputs(self._producer, dict(partition_counts), self._counters)
+
+    def _discard_impossible(self, beginnings: Mapping[TopicPartition, int]) -> None:
+        """A stored offset past the end (the topic was recreated) or before the beginning (records the
+        store never saw were deleted) cannot be resumed from: that store is read again from scratch."""
+        for store in self._stores.values():
+            for tp, readers in self._readers.items():
+                offset = store.next_offset(tp.partition) if store in readers else None
+                if offset is not None and not beginnings[tp] <= offset <= self._ends[tp]:
+                    log.warning("global store %s claims offset %d of %s[%d], outside %d..%d: reading it again",
+                                store.name, offset, tp.topic, tp.partition, beginnings[tp], self._ends[tp])  # fmt: skip
+                    store.wipe()
+                    break
+
+    async def _poll(self, timeout_ms: int) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        batches = await consumer.getmany(timeout_ms=timeout_ms, max_records=FETCH_RECORDS)
+        for tp, records in batches.items():
+            next_offset = await consumer.position(tp)
+            for store in self._readers[tp]:
+                stored = store.next_offset(tp.partition)
+                new = records if stored is None else [raw for raw in records if raw.offset >= stored]
+                await store.apply(tp.partition, new, next_offset)
+            self._positions[tp] = next_offset
+            self._counters.global_records += len(records)
+        for tp in self._positions:
+            end = consumer.last_stable_offset(tp)
+            if end is not None and end > self._ends.get(tp, 0):
+                self._ends[tp] = end
+        # Positions move past transaction markers without records: keep them current too.
+        for tp, position in self._positions.items():
+            if position < self._ends.get(tp, 0) and tp not in batches:
+                self._positions[tp] = await consumer.position(tp)
+
+    async def _on_failures(self, store: GlobalStore, failed: list[tuple[Any, BaseException]]) -> None:
+        self._counters.global_store_errors += len(failed)
+        for failure in list(store.failures)[-len(failed) :]:
+            log.warning("global store %s could not apply %s\n%s", store.name, failure, failure.stack_trace)
+        handler = self._failures.get(store.name)
+        if handler is None or self._dead_letters is None:
+            self._counters.skipped += len(failed)
+            return
+        for raw, error in failed:
+            handler.handle(Stage.GLOBAL_STORE, store.name, raw, error, self._dead_letters)
+        await self._dead_letters.wait_acked()  # before the store's offset moves past them
+
+    def _applied(self) -> int:
+        return sum(store.applied + store.failure_count for store in self._stores.values())

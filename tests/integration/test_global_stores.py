@@ -1,0 +1,219 @@
+"""Global stores against a real broker (seed 000): the bootstrap barrier, following, persistence, bad rows."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from examples.acquirers.terminals import table_row
+from runtime.config import AppConfig, parse_app
+from runtime.worker import Worker
+from tests.conftest import TopicNamer
+from tests.kafka_helpers import create_topic, produce, read_topic
+
+pytestmark = pytest.mark.anyio
+
+ACQUIRERS = ("ACQ-NORTH", "ACQ-SOUTH")
+STORE = "terminal-acquirer"
+
+
+def acquirer_of(n: int) -> str:
+    return ACQUIRERS[n % 2]
+
+
+def rows(count: int, start: int = 0, active: bool = True, acquirer: Any = acquirer_of) -> list[tuple[bytes, bytes]]:
+    return [table_row(n, f"T{n:06d}", acquirer(n), active, 1_767_225_600_000 + n) for n in range(start, start + count)]
+
+
+def payments(terminals: range) -> list[tuple[bytes, bytes]]:
+    """Payment n is made at terminal n."""
+    return [
+        (f"p{n}".encode(), json.dumps({"payment_id": f"p{n}", "terminal_id": f"T{n:06d}", "amount_minor": n}).encode())
+        for n in terminals
+    ]
+
+
+class Names:
+    def __init__(self, topic_name: TopicNamer):
+        self.app = topic_name("app")
+        self.table, self.payments = topic_name("table"), topic_name("payments")
+        self.north, self.south, self.unrouted = topic_name("north"), topic_name("south"), topic_name("unrouted")
+
+
+def router_app(names: Names, state_dir: Path, backend: str = "rocksdb") -> AppConfig:
+    json_topic = {"partitions": 3, "key_serde": "str", "value_serde": "json"}
+    return parse_app({
+        "app_id": names.app,
+        "topics": {names.table: {**json_topic, "cleanup_policy": "compact"}, names.payments: json_topic,
+                   names.north: json_topic, names.south: json_topic, names.unrouted: json_topic},
+        "global_stores": {STORE: {"topic": names.table, "backend": backend, "key_serde": "str", "value_serde": "json",
+                                  "updater": "examples.acquirers.terminals:ActiveTerminals", "errors": "dead_letter"}},
+        "processors": [{
+            "name": "route", "class": "examples.acquirers.routing:RouteByAcquirer", "inputs": [names.payments],
+            "outputs": [names.north, names.south, names.unrouted],
+            "params": {"store": STORE, "routes": {"ACQ-NORTH": names.north, "ACQ-SOUTH": names.south},
+                       "unrouted": names.unrouted},
+        }],
+        "state_dir": str(state_dir),
+    })  # fmt: skip
+
+
+async def prepare(bootstrap: str, names: Names) -> None:
+    await create_topic(bootstrap, names.table, 3, {"cleanup.policy": "compact"})
+    await create_topic(bootstrap, names.payments, 3)
+
+
+async def test_no_payment_is_processed_before_the_table_is_read(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    names = Names(topic_name)
+    await prepare(kafka_bootstrap, names)
+    await produce(kafka_bootstrap, names.table, rows(20_000))
+    await produce(kafka_bootstrap, names.payments, payments(range(0, 20_000, 7)))
+
+    worker = Worker(router_app(names, tmp_path), kafka_bootstrap, until_caught_up=True)
+    await worker.run()
+
+    north, south = await read_topic(kafka_bootstrap, names.north), await read_topic(kafka_bootstrap, names.south)
+    assert await read_topic(kafka_bootstrap, names.unrouted) == []  # the first payment found its terminal too
+    routed = [json.loads(r.value) for r in north + south]
+    assert len(routed) == len(range(0, 20_000, 7))
+    for payment in routed:
+        assert payment["acquirer_id"] == acquirer_of(int(payment["terminal_id"][1:]))
+    assert worker.counters.global_records == 20_000
+    assert worker.global_stores.bootstrap_seconds is not None
+
+
+async def test_updates_and_deactivations_reach_processors_while_running(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    names = Names(topic_name)
+    await prepare(kafka_bootstrap, names)
+    await produce(kafka_bootstrap, names.table, rows(100))
+    worker = Worker(router_app(names, tmp_path, backend="memory"), kafka_bootstrap)
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.ready.wait(), 60)
+        view = worker.global_stores.views[STORE]
+        assert view.get("T000003") == "ACQ-SOUTH"
+
+        # T3 moves to the other acquirer, T4 is deactivated, T100 is new.
+        started = time.monotonic()
+        await produce(kafka_bootstrap, names.table, [
+            table_row(3, "T000003", "ACQ-NORTH", True, 1), table_row(4, "T000004", "ACQ-NORTH", False, 1),
+            table_row(100, "T000100", "ACQ-SOUTH", True, 1),
+        ])  # fmt: skip
+        while (view.get("T000003"), view.get("T000004"), view.get("T000100")) != ("ACQ-NORTH", None, "ACQ-SOUTH"):
+            assert time.monotonic() - started < 5, "table changes not visible within 5 s"
+            await asyncio.sleep(0.02)
+
+        # And the processors see it: payments at T3, T4 and T100 now.
+        await produce(kafka_bootstrap, names.payments, payments(range(3, 5)) + payments(range(100, 101)))
+        deadline = time.monotonic() + 30
+        while worker.counters.processed < 3:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(running, 60)
+    by_terminal = {
+        json.loads(r.value)["terminal_id"]: topic
+        for topic in (names.north, names.south, names.unrouted)
+        for r in await read_topic(kafka_bootstrap, topic)
+    }
+    assert by_terminal == {"T000003": names.north, "T000004": names.unrouted, "T000100": names.south}
+
+
+async def test_restart_with_a_persistent_store_reads_only_new_rows(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    names = Names(topic_name)
+    await prepare(kafka_bootstrap, names)
+    await produce(kafka_bootstrap, names.table, rows(5_000))
+    first = Worker(router_app(names, tmp_path), kafka_bootstrap, until_caught_up=True)
+    await first.run()
+    assert first.counters.global_records == 5_000
+
+    await produce(kafka_bootstrap, names.table, rows(100, start=5_000) + rows(10, active=False))
+    second = Worker(router_app(names, tmp_path), kafka_bootstrap, until_caught_up=True)
+    await second.run()
+    assert second.counters.global_records == 110
+
+    third = Worker(router_app(names, tmp_path), kafka_bootstrap, until_caught_up=True)
+    await third.run()
+    assert third.counters.global_records == 0
+    await produce(kafka_bootstrap, names.payments, payments(range(0, 5_100, 50)))
+    fourth = Worker(router_app(names, tmp_path), kafka_bootstrap, until_caught_up=True)
+    await fourth.run()
+    unrouted = {json.loads(r.value)["terminal_id"] for r in await read_topic(kafka_bootstrap, names.unrouted)}
+    assert unrouted == {"T000000"}  # deactivated in the second run; T5000 and T5050 came in it
+
+
+async def test_a_store_ahead_of_its_topic_is_read_again(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    names = Names(topic_name)
+    await prepare(kafka_bootstrap, names)
+    await produce(kafka_bootstrap, names.table, rows(300))
+    await Worker(router_app(names, tmp_path), kafka_bootstrap, until_caught_up=True).run()
+
+    # The table topic is recreated with fewer rows: the store's offsets are past its end.
+    renamed = Names(topic_name)
+    renamed.app, renamed.table = names.app, topic_name("table-again")
+    await prepare(kafka_bootstrap, renamed)
+    await produce(kafka_bootstrap, renamed.table, rows(10, acquirer=lambda n: "ACQ-NORTH"))
+    again = Worker(router_app(renamed, tmp_path), kafka_bootstrap, until_caught_up=True)
+    await again.run()
+    assert again.counters.global_records == 10
+
+
+async def test_a_malformed_row_is_recorded_and_the_store_goes_on(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    names = Names(topic_name)
+    await create_topic(kafka_bootstrap, names.table, 1, {"cleanup.policy": "compact"})
+    bad_json, bad_row = (b"T000007", b'{"id": 7, "terminalId": '), (b"T000008", b'{"id": 8}')
+    await produce(kafka_bootstrap, names.table, [*rows(5), bad_json, bad_row, *rows(5, start=10)])
+    worker = Worker(router_app(names, tmp_path), kafka_bootstrap, until_caught_up=True)
+    running = asyncio.create_task(worker.run())
+    await asyncio.wait_for(worker.ready.wait(), 60)
+    failures = worker.global_stores.failures(STORE)
+    view = worker.global_stores.views[STORE]
+    assert [view.get(f"T{n:06d}") for n in (4, 10, 14)] == ["ACQ-NORTH", "ACQ-NORTH", "ACQ-NORTH"]
+    await asyncio.wait_for(running, 60)
+
+    table = await read_topic(kafka_bootstrap, names.table)
+    assert [(f.topic, f.partition, f.offset, f.timestamp, f.key) for f in failures] == [
+        (names.table, 0, r.offset, r.timestamp, r.key) for r in table if r.key in (b"T000007", b"T000008")
+    ]
+    assert failures[0].message.startswith("JSONDecodeError") and "Traceback" in failures[0].stack_trace
+    assert failures[1].message == "KeyError: 'terminalId'" and "terminals.py" in failures[1].stack_trace
+    assert worker.counters.global_store_errors == 2
+
+    letters = await read_topic(kafka_bootstrap, f"{names.app}-dead-letters")
+    assert [(r.key, r.value) for r in letters] == [bad_json, bad_row]
+    headers = dict(letters[0].headers)
+    assert headers["error.stage"] == b"global-store update" and headers["error.processor"] == STORE.encode()
+    assert headers["source.offset"] == str(failures[0].offset).encode()
+
+
+async def test_each_worker_holds_the_whole_table(kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path) -> None:
+    names = Names(topic_name)
+    await prepare(kafka_bootstrap, names)
+    await produce(kafka_bootstrap, names.table, rows(1_000))
+    await produce(kafka_bootstrap, names.payments, payments(range(0, 1_000, 3)))
+    config = router_app(names, tmp_path)
+    workers = [Worker(config, kafka_bootstrap, until_caught_up=True) for _ in range(2)]
+    await asyncio.wait_for(asyncio.gather(*(worker.run() for worker in workers)), 120)
+
+    for worker in workers:
+        assert worker.counters.global_records == 1_000
+    assert sorted(path.name for path in (tmp_path / names.app / "global" / STORE).iterdir()) == ["0", "1"]
+    assert await read_topic(kafka_bootstrap, names.unrouted) == []
+    routed = await read_topic(kafka_bootstrap, names.north) + await read_topic(kafka_bootstrap, names.south)
+    assert len(routed) == len(range(0, 1_000, 3))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-Headers = tuple[tuple[str, bytes], ...]
+Headers = Sequence[tuple[str, bytes]]
 
 
 @dataclass(slots=True)

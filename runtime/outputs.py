@@ -18,6 +18,7 @@ from processors.partitioner import partition_for
 from runtime.counters import Counters
 
 HeaderList = Sequence[tuple[str, bytes]]
+_NO_HEADERS: list[tuple[str, bytes]] = []  # shared: the batch builder only reads it
 
 
 class UnknownTopicError(LookupError):
@@ -58,25 +59,37 @@ class Outputs:
             count = self.partitions(topic)
             partition = partition_for(key, count) if key is not None else next(self._round_robin) % count
         target = (topic, partition)
+        header_list = list(headers) if headers else _NO_HEADERS  # aiokafka's batch builder takes lists only
         builder = self._open.get(target)
         if builder is None:
             builder = self._open[target] = self.producer.create_batch()
             self._open_counts[target] = 0
-        if builder.append(timestamp=timestamp_ms, key=key, value=value, headers=list(headers)) is None:
+        if builder.append(timestamp=timestamp_ms, key=key, value=value, headers=header_list) is None:
             self._full.append((topic, partition, builder, self._open_counts[target]))
             builder = self._open[target] = self.producer.create_batch()
             self._open_counts[target] = 0
-            builder.append(timestamp=timestamp_ms, key=key, value=value, headers=list(headers))
+            builder.append(timestamp=timestamp_ms, key=key, value=value, headers=header_list)
         self._open_counts[target] += 1
 
     def append_all(self, records: Iterable[tuple[str, bytes | None, bytes | None, HeaderList]]) -> None:
-        """Append (topic, key, value, headers) records, each to its partition by Kafka's partitioner."""
-        append, counts = self.append, self._partition_counts
+        """Append (topic, key, value, headers) records, each to its partition by Kafka's partitioner.
+
+        The common case, a keyed record that fits the open batch of its partition, is handled inline:
+        this runs once per output record. Everything else goes through `append`.
+        """
+        append, counts, batches, batch_counts = self.append, self._partition_counts, self._open, self._open_counts
         for topic, key, value, headers in records:
             if key is None:
                 append(topic, key, value, headers)
+                continue
+            target = (topic, partition_for(key, counts[topic]))
+            builder = batches.get(target)
+            if builder is not None and builder.append(
+                timestamp=None, key=key, value=value, headers=list(headers) if headers else _NO_HEADERS
+            ):
+                batch_counts[target] += 1
             else:
-                append(topic, key, value, headers, partition=partition_for(key, counts[topic]))
+                append(topic, key, value, headers, partition=target[1])
 
     @property
     def pending(self) -> int:

@@ -210,29 +210,32 @@ class Task:
         key_serde, value_serde = self._services.serdes[tp.topic]
         decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
         process, context, counters = self._processor.process, self._context, self._services.counters
-        failures, name = self._services.failures, self.id.processor
+        failures, name, is_async = self._services.failures, self.id.processor, self._is_async
         pending = context.pending
+        processed = 0
+        done: int | None = None  # the offset after the last record handled
         try:
             for raw in records:
                 if self._stopping:
                     return
+                offset = raw.offset
                 try:
                     record = Record(
                         raw.topic,
                         raw.partition,
-                        raw.offset,
+                        offset,
                         raw.timestamp,
                         None if raw.key is None else decode_key(raw.key),
                         None if raw.value is None else decode_value(raw.value),
-                        tuple(raw.headers),
+                        raw.headers,
                     )
                 except Exception as error:  # any decoding error goes to the policy
                     failures.handle(Stage.DESERIALIZATION, name, raw, error, self.outputs)
-                    self.next_offsets[tp] = raw.offset + 1
+                    done = self.next_offsets[tp] = offset + 1
                     continue
                 released = len(pending)
                 try:
-                    if self._is_async:
+                    if is_async:
                         await process(record, context)  # type: ignore[misc]
                     else:
                         process(record, context)
@@ -240,13 +243,19 @@ class Task:
                     del pending[released:]  # nothing of a failed record escapes
                     failures.handle(Stage.PROCESSING, name, raw, error, self.outputs)
                 else:
-                    counters.processed += 1
-                if self._is_async:
+                    processed += 1
+                done = offset + 1
+                if is_async:
                     # A commit can run while this batch awaits: an offset may only advance together
                     # with the outputs of the records before it.
                     self._release_outputs()
-                self.next_offsets[tp] = raw.offset + 1
+                    self.next_offsets[tp] = done
         finally:
+            # A plain `process` never yields to the commit cycle inside a batch: the offset and the
+            # counter are brought up to date once, here.
+            if done is not None:
+                self.next_offsets[tp] = done
+            counters.processed += processed
             self._release_outputs()
 
     def _release_outputs(self) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,7 @@ from runtime.state import TaskState
 from stores import KeyValueStore, ReadOnlyStore
 
 TopicSerdes = Mapping[str, tuple[Serde, Serde]]
+Encode = Callable[[Any], bytes]
 
 
 @dataclass
@@ -40,6 +41,14 @@ class TaskContext(Context):
     _state: TaskState | None = None
     pending: list[PendingOutput] = field(default_factory=list)
     punctuators: list[Punctuator] = field(default_factory=list)
+    # One lookup per `send` finds both encoders, and an output not declared is simply missing.
+    _encoders: dict[str, tuple[Encode, Encode]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._encoders = {
+            topic: (self._serdes[topic][0].serialize, self._serdes[topic][1].serialize)
+            for topic in self._outputs_allowed
+        }
 
     @property
     def app_id(self) -> str:
@@ -64,17 +73,18 @@ class TaskContext(Context):
         key: Any = None,
         headers: Sequence[tuple[str, bytes]] | None = None,
     ) -> None:
-        if topic not in self._outputs_allowed:
+        try:
+            encode_key, encode_value = self._encoders[topic]
+        except KeyError:
             raise ValueError(
                 f"processor '{self._processor_name}' sent to '{topic}', which is not among its outputs "
                 f"{sorted(self._outputs_allowed)}"
-            )
-        key_serde, value_serde = self._serdes[topic]
+            ) from None
         self.pending.append(
             (
                 topic,
-                None if key is None else key_serde.serialize(key),
-                None if value is None else value_serde.serialize(value),
+                None if key is None else encode_key(key),
+                None if value is None else encode_value(value),
                 headers or (),
             )
         )

@@ -133,7 +133,7 @@ CASES = [
     ),
     Case(
         "serde class without serialize and deserialize",
-        set_topic("out", key_serde="processors.record:Headers"),
+        set_topic("out", key_serde="collections:OrderedDict"),
         expected=(r"topics\.out\.key_serde: unknown serde .*serialize\(obj\) and deserialize\(data\)",),
     ),
     Case(

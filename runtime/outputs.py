@@ -61,35 +61,24 @@ class Outputs:
         target = (topic, partition)
         header_list = list(headers) if headers else _NO_HEADERS  # aiokafka's batch builder takes lists only
         builder = self._open.get(target)
-        if builder is None:
-            builder = self._open[target] = self.producer.create_batch()
-            self._open_counts[target] = 0
-        if builder.append(timestamp=timestamp_ms, key=key, value=value, headers=header_list) is None:
+        if builder is not None and builder.append(timestamp=timestamp_ms, key=key, value=value,
+                                                  headers=header_list) is not None:  # fmt: skip
+            self._open_counts[target] += 1  # the common case: the open batch has room
+            return
+        if builder is not None:  # full: it goes out with the next flush
             self._full.append((topic, partition, builder, self._open_counts[target]))
-            builder = self._open[target] = self.producer.create_batch()
-            self._open_counts[target] = 0
-            builder.append(timestamp=timestamp_ms, key=key, value=value, headers=header_list)
-        self._open_counts[target] += 1
+        builder = self._open[target] = self.producer.create_batch()
+        builder.append(timestamp=timestamp_ms, key=key, value=value, headers=header_list)
+        self._open_counts[target] = 1
 
     def append_all(self, records: Iterable[tuple[str, bytes | None, bytes | None, HeaderList]]) -> None:
-        """Append (topic, key, value, headers) records, each to its partition by Kafka's partitioner.
-
-        The common case, a keyed record that fits the open batch of its partition, is handled inline:
-        this runs once per output record. Everything else goes through `append`.
-        """
-        append, counts, batches, batch_counts = self.append, self._partition_counts, self._open, self._open_counts
+        """Append (topic, key, value, headers) records, each to its partition by Kafka's partitioner."""
+        append, counts = self.append, self._partition_counts
         for topic, key, value, headers in records:
             if key is None:
                 append(topic, key, value, headers)
-                continue
-            target = (topic, partition_for(key, counts[topic]))
-            builder = batches.get(target)
-            if builder is not None and builder.append(
-                timestamp=None, key=key, value=value, headers=list(headers) if headers else _NO_HEADERS
-            ):
-                batch_counts[target] += 1
             else:
-                append(topic, key, value, headers, partition=target[1])
+                append(topic, key, value, headers, partition_for(key, counts[topic]))
 
     @property
     def pending(self) -> int:

@@ -25,6 +25,13 @@ class CommitStrategy(GuaranteeHooks, Protocol):
         """Tasks whose actors stopped (revoked, or shutdown): commit what they did, or drop it."""
 
 
+def log_store_changes(tasks: Iterable[Task]) -> None:
+    """At the start of a commit: the stores' changes since the last one become changelog records."""
+    for task in tasks:
+        if task.state is not None and not task.starting:
+            task.state.log_changes()
+
+
 def flush_stores(tasks: Iterable[Task]) -> None:
     """After the changelog writes are acknowledged: store data and changelog offset in one write."""
     for task in tasks:
@@ -88,6 +95,8 @@ class AtMostOnce(_WorkerCommits):
         await self.commit_offsets({tp: records[-1].offset + 1})
 
     async def commit(self, tasks: Iterable[Task]) -> None:
+        tasks = list(tasks)
+        log_store_changes(tasks)
         await self._outputs.wait_acked()
         flush_stores(tasks)
 
@@ -101,6 +110,7 @@ class AtLeastOnce(_WorkerCommits):
     async def commit(self, tasks: Iterable[Task]) -> None:
         tasks = list(tasks)
         offsets = {tp: offset for task in tasks for tp, offset in task.next_offsets.items()}
+        log_store_changes(tasks)
         await self._outputs.wait_acked()
         flush_stores(tasks)
         await self.commit_offsets(offsets)

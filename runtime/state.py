@@ -65,21 +65,30 @@ class TaskState:
                         name, self.partition, error)  # fmt: skip
             wipe(path)
             backend = open_backend(spec.backend, path)
-        on_change = None
-        if changelog is not None:
-            append, topic, partition = self._outputs.append, changelog.topic, changelog.partition
-
-            def on_change(key: bytes, value: bytes | None) -> None:
-                append(topic, key, value, partition=partition)
-
         return KeyValueStore(
-            backend, resolve_serde(spec.key_serde), resolve_serde(spec.value_serde), on_change, name=name
+            backend,
+            resolve_serde(spec.key_serde),
+            resolve_serde(spec.value_serde),
+            name=name,
+            changelog=changelog is not None,
         )
 
     def rebuild(self, name: str) -> None:
         """Drop the local copy of a store (ahead of its changelog) and start empty."""
         entry = self.stores[name]
         entry.store.wipe()
+
+    @property
+    def has_unflushed_writes(self) -> bool:
+        return any(entry.store.pending_count for entry in self.stores.values())
+
+    def log_changes(self) -> None:
+        """Hand the stores' changes since the last commit to the output path, as changelog records."""
+        for entry in self.stores.values():
+            if entry.changelog is not None:
+                topic, partition, append = entry.changelog.topic, entry.changelog.partition, self._outputs.append
+                for key, value in entry.store.take_changes().items():
+                    append(topic, key, value, partition=partition)
 
     def flush(self) -> None:
         """Write pending changes with the changelog offset they are covered by (after the acks)."""

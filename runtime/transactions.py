@@ -108,7 +108,8 @@ class ExactlyOnce:
             return False
         produced = task.outputs.sent + task.outputs.pending
         moved_on = task.next_offsets != self._committed.get(task, {})
-        return produced > self._sent_at_begin[task] or moved_on
+        stored = task.state is not None and task.state.has_unflushed_writes
+        return produced > self._sent_at_begin[task] or moved_on or stored
 
     async def _begin(self, task: Task) -> None:
         await task.outputs.producer.begin_transaction()
@@ -125,6 +126,8 @@ class ExactlyOnce:
         offsets = dict(task.next_offsets)
         started = time.monotonic()
         try:
+            if task.state is not None:
+                task.state.log_changes()
             await task.outputs.flush()
             changed = {tp: offset for tp, offset in offsets.items() if self._committed[task].get(tp) != offset}
             if changed:

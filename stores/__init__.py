@@ -10,14 +10,13 @@ from stores.errors import StoreCorrupted, StoreError, StoreLocked
 from stores.memory import MemoryBackend
 from stores.read_only import ReadOnlyStore
 from stores.rocksdb import RocksDBBackend, wipe
-from stores.store import KeyValueStore, OnChange
+from stores.store import KeyValueStore
 
 __all__ = [
     "Backend",
     "Change",
     "KeyValueStore",
     "MemoryBackend",
-    "OnChange",
     "ReadOnlyStore",
     "RocksDBBackend",
     "StoreCorrupted",

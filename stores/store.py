@@ -4,19 +4,21 @@ Writes wait in a pending buffer until the engine flushes them, with the changelo
 reach, in one atomic backend write; under exactly-once it flushes only after the transaction
 commits and discards the buffer when it aborts, so the backend never holds uncommitted state.
 Reads see the buffer laid over the backend, so a processor always reads its own writes.
+
+A store with a changelog also collects the latest value of each key written since the engine last
+took them: at each commit those become the changelog records, one per key however often it was
+written in between (as Kafka Streams' store cache does), so a hot key costs one changelog record
+per commit interval, not one per update.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from processors.serdes import Serde, resolve_serde
 from stores.backend import Backend, Change
 from stores.ranges import overlay, prefix_end
-
-OnChange = Callable[[bytes, bytes | None], None]
-"""Told of every put (key and value bytes) and delete (key bytes and `None`): the changelog feed."""
 
 
 class KeyValueStore:
@@ -32,16 +34,17 @@ class KeyValueStore:
         backend: Backend,
         key_serde: Serde | None = None,
         value_serde: Serde | None = None,
-        on_change: OnChange | None = None,
         *,
         name: str = "store",
+        changelog: bool = False,
     ) -> None:
         self.name = name
-        self.on_change = on_change
         self._backend = backend
         self._keys = key_serde or resolve_serde("msgpack")
         self._values = value_serde or resolve_serde("msgpack")
         self._pending: dict[bytes, bytes | None] = {}
+        # The same writes, kept until taken for the changelog (`None` when there is no changelog).
+        self._unlogged: dict[bytes, bytes | None] | None = {} if changelog else None
 
     @property
     def pending_count(self) -> int:
@@ -63,15 +66,22 @@ class KeyValueStore:
     def put(self, key: Any, value: Any) -> None:
         key_bytes = self._keys.serialize(key)
         value_bytes = self._values.serialize(value)
-        if self.on_change is not None:
-            self.on_change(key_bytes, value_bytes)
         self._pending[key_bytes] = value_bytes
+        if self._unlogged is not None:
+            self._unlogged[key_bytes] = value_bytes
 
     def delete(self, key: Any) -> None:
         key_bytes = self._keys.serialize(key)
-        if self.on_change is not None:
-            self.on_change(key_bytes, None)
         self._pending[key_bytes] = None
+        if self._unlogged is not None:
+            self._unlogged[key_bytes] = None
+
+    def take_changes(self) -> dict[bytes, bytes | None]:
+        """The latest value of each key written since the last call (`None`: deleted), for the changelog."""
+        changes = self._unlogged or {}
+        if self._unlogged is not None:
+            self._unlogged = {}
+        return changes
 
     def range(self, start: Any = None, end: Any = None) -> Iterator[tuple[Any, Any]]:
         """Decoded pairs with `start <= key < end` by encoded key bytes; `None` leaves a side open.
@@ -100,21 +110,23 @@ class KeyValueStore:
     def discard(self) -> None:
         """Drop the pending buffer, e.g. when its exactly-once transaction aborted."""
         self._pending = {}
+        if self._unlogged is not None:
+            self._unlogged = {}
 
     def restore(self, changes: Iterable[Change], next_offset: int, source: int = 0) -> None:
-        """Apply raw source records and the offset after them in one write, without `on_change`."""
+        """Apply raw source records and the offset after them in one write; they are not changes to log."""
         if self._pending:
             raise RuntimeError(f"store '{self.name}': restore with {len(self._pending)} unflushed writes")
         self._backend.write(changes, next_offset, source)
 
     def wipe(self) -> None:
         """Drop all state and the offset, without changelog records: only before a full restore."""
-        self._pending = {}
+        self.discard()
         self._backend.wipe()
 
     def close(self) -> None:
         """Close the backend; unflushed writes are dropped, as they were never committed."""
-        self._pending = {}
+        self.discard()
         self._backend.close()
 
     def _merged(self, lower: bytes | None, upper: bytes | None) -> Iterator[tuple[bytes, bytes]]:

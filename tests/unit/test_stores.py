@@ -136,13 +136,21 @@ def test_writes_during_iteration_do_not_show_in_it(new_backend: BackendFactory) 
     assert [key for key, _ in store.range()] == ["ax", "bx", "cx", "dx"]
 
 
-def test_every_write_is_reported_to_on_change(new_backend: BackendFactory) -> None:
-    changes: list[tuple[bytes, bytes | None]] = []
-    store = str_store(new_backend(), on_change=lambda key, value: changes.append((key, value)))
+def test_changes_to_log_are_the_latest_value_of_each_key(new_backend: BackendFactory) -> None:
+    store = str_store(new_backend(), changelog=True)
     store.put("a", 1)
-    store.delete("a")
     store.put("b", "x")
-    assert changes == [(b"a", msgpack.packb(1)), (b"a", None), (b"b", msgpack.packb("x"))]
+    store.delete("a")
+    store.put("b", "y")
+    assert store.take_changes() == {b"a": None, b"b": msgpack.packb("y")}
+    assert store.take_changes() == {}
+    store.put("c", 3)
+    store.flush(7)  # a flush does not take them: they are logged at the commit, before it
+    assert store.take_changes() == {b"c": msgpack.packb(3)}
+    store.put("d", 4)
+    store.discard()  # an aborted transaction's writes are neither stored nor logged
+    assert store.take_changes() == {}
+    assert str_store(new_backend()).take_changes() == {}  # no changelog, nothing kept
 
 
 def test_flush_writes_the_offset_with_the_data(new_backend: BackendFactory) -> None:
@@ -183,13 +191,12 @@ def test_approximate_count(new_backend: BackendFactory) -> None:
     assert 4500 <= store.approximate_count() <= 5500
 
 
-def test_restore_applies_raw_records_and_offset_without_on_change(new_backend: BackendFactory) -> None:
-    changes: list[tuple[bytes, bytes | None]] = []
-    store = str_store(new_backend(), on_change=lambda key, value: changes.append((key, value)))
+def test_restore_applies_raw_records_and_offset_without_logging_them(new_backend: BackendFactory) -> None:
+    store = str_store(new_backend(), changelog=True)
     store.restore([(b"a", msgpack.packb(1)), (b"b", msgpack.packb(2)), (b"a", None), (b"c", msgpack.packb(3))], 4)
     assert dict(store.range()) == {"b": 2, "c": 3}
     assert store.changelog_offset() == 4
-    assert changes == []
+    assert store.take_changes() == {}
     store.put("d", 4)
     with pytest.raises(RuntimeError, match="unflushed"):
         store.restore([], 5)
@@ -384,10 +391,10 @@ def sorted_items(model: dict[bytes, Any]) -> list[tuple[Any, Any]]:
 def test_changelog_restores_the_same_contents(
     kind: Kind, operations: list[tuple[Any, ...]], data: st.DataObject
 ) -> None:
-    """Replaying the on_change stream into a fresh store, in any batches, rebuilds the writer's contents."""
+    """Replaying the logged changes into a fresh store, in any batches, rebuilds the writer's contents."""
     with tempfile.TemporaryDirectory() as directory:
         stream: list[tuple[bytes, bytes | None]] = []
-        writer = KeyValueStore(open_backend(kind, Path(directory, "w")), on_change=lambda k, v: stream.append((k, v)))
+        writer = KeyValueStore(open_backend(kind, Path(directory, "w")), changelog=True)
         model: dict[bytes, Any] = {}
         for operation in operations:
             if operation[0] == "put":
@@ -396,12 +403,14 @@ def test_changelog_restores_the_same_contents(
             elif operation[0] == "delete":
                 writer.delete(operation[1])
                 model.pop(msgpack.packb(operation[1]), None)
-            elif operation[0] == "flush":
+            elif operation[0] == "flush":  # a commit: log the changes, then flush
+                stream.extend(writer.take_changes().items())
                 writer.flush(len(stream))
             else:
                 assert list(writer.range()) == sorted_items(model)
         expected = sorted_items(model)
         assert list(writer.range()) == expected
+        stream.extend(writer.take_changes().items())
 
         restored = KeyValueStore(open_backend(kind, Path(directory, "r")))
         cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=4)))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import msgpack
@@ -43,15 +45,14 @@ class JsonSerde:
 
 
 class MsgpackSerde:
+    """msgpack's own C functions, bound as they are: no Python frame between a record and msgpack."""
+
+    serialize: Callable[[Any], bytes]
+    deserialize: Callable[[bytes], Any]
+
     def __init__(self) -> None:
-        self._packer = msgpack.Packer()
-
-    def serialize(self, obj: Any) -> bytes:
-        packed: bytes = self._packer.pack(obj)
-        return packed
-
-    def deserialize(self, data: bytes) -> Any:
-        return msgpack.unpackb(data, strict_map_key=False)
+        self.serialize = msgpack.Packer().pack
+        self.deserialize = functools.partial(msgpack.unpackb, strict_map_key=False)
 
 
 BUILTIN_SERDES: dict[str, type[Serde]] = {

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from processors.partitioner import partition_for
-from stores.snapshot import SST_NAME, partition_dir, sha256_file, write_partition_sst
+from stores.snapshot import SST_NAME, Manifest, partition_dir, sha256_file, write_manifest, write_partition_sst
 
 KeyValue = tuple[bytes, bytes]
 
@@ -47,6 +47,34 @@ def write_ssts(sorted_pairs: Any, snapshot_dir: str | os.PathLike[str]) -> list[
     task = functools.partial(_write_partition, snapshot_dir=str(Path(snapshot_dir).resolve()))
     written: list[PartitionWritten] = sorted_pairs.mapPartitionsWithIndex(task).collect()
     return sorted(written, key=lambda result: result.partition)
+
+
+def finish_snapshot(
+    snapshot_dir: str | os.PathLike[str],
+    written: list[PartitionWritten],
+    *,
+    app: str,
+    store: str,
+    partitions: int,
+    key_serde: str,
+    value_serde: str,
+    changelog_topic: str | None = None,
+    changelog_offsets: dict[int, int] | None = None,
+) -> Manifest:
+    """The manifest of what the Spark tasks wrote, written last: its presence marks the snapshot complete."""
+    manifest = Manifest(
+        app=app,
+        store=store,
+        partitions=partitions,
+        key_serde=key_serde,
+        value_serde=value_serde,
+        changelog_topic=changelog_topic,
+        changelog_offsets=changelog_offsets or {},
+        row_counts={result.partition: result.rows for result in written},
+        checksums={name: digest for result in written for name, digest in result.checksums.items()},
+    )
+    write_manifest(snapshot_dir, manifest)
+    return manifest
 
 
 def _write_partition(index: int, rows: Iterator[KeyValue], snapshot_dir: str) -> Iterator[PartitionWritten]:

@@ -104,7 +104,7 @@ def test_snapshot_equals_the_latest_value_per_key(
         assert manifest.changelog_offsets[partition] > ends.get(partition, -1)
         backend = RocksDBBackend(tmp_path / f"db-{partition}")
         try:
-            offset = ingest_partition(backend, tmp_path / "snap", partition)
+            offset = ingest_partition(backend, tmp_path / "snap", read_manifest(tmp_path / "snap"), partition)
             assert offset == manifest.changelog_offsets[partition]
             assert list(backend.items()) == expected.get(partition, [])
             assert backend.changelog_offset() == offset

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -213,3 +214,53 @@ def write_partition_sst(rows: Iterable[tuple[bytes, bytes]], path: str | os.Path
             del writer
             target.unlink(missing_ok=True)
     return count
+
+
+@dataclass(frozen=True)
+class PartitionWritten:
+    """What was written for one store partition; `checksums` maps snapshot-relative names."""
+
+    partition: int
+    rows: int
+    checksums: dict[str, str]
+
+
+def write_partition(
+    snapshot_dir: str | os.PathLike[str], partition: int, rows: Iterable[tuple[bytes, bytes]]
+) -> PartitionWritten:
+    """One partition's SST from rows in increasing key order; its directory exists even with no rows."""
+    directory = partition_dir(snapshot_dir, partition)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / SST_NAME
+    count = write_partition_sst(rows, path)
+    checksums = {path.relative_to(snapshot_dir).as_posix(): sha256_file(path)} if count else {}
+    return PartitionWritten(partition, count, checksums)
+
+
+def finish_snapshot(
+    snapshot_dir: str | os.PathLike[str],
+    written: Iterable[PartitionWritten],
+    *,
+    app: str,
+    store: str,
+    partitions: int,
+    key_serde: str,
+    value_serde: str,
+    changelog_topic: str | None = None,
+    changelog_offsets: dict[int, int] | None = None,
+) -> Manifest:
+    """The manifest of the partitions written, written last: its presence marks the snapshot complete."""
+    results = list(written)
+    manifest = Manifest(
+        app=app,
+        store=store,
+        partitions=partitions,
+        key_serde=key_serde,
+        value_serde=value_serde,
+        changelog_topic=changelog_topic,
+        changelog_offsets=changelog_offsets or {},
+        row_counts={result.partition: result.rows for result in results},
+        checksums={name: digest for result in results for name, digest in result.checksums.items()},
+    )
+    write_manifest(snapshot_dir, manifest)
+    return manifest

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from processors.serdes import resolve_serde
-from stores.snapshot import Manifest, SnapshotError
-from stores.spark.partitioning import KeyValue, finish_snapshot, place_and_sort, write_ssts
+from stores.snapshot import Manifest, SnapshotError, finish_snapshot
+from stores.spark.partitioning import KeyValue, place_and_sort, write_ssts
 
 SOURCES = ("parquet", "csv", "json", "jdbc")
 

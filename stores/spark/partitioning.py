@@ -9,23 +9,13 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from processors.partitioner import partition_for
-from stores.snapshot import SST_NAME, Manifest, partition_dir, sha256_file, write_manifest, write_partition_sst
+from stores.snapshot import PartitionWritten, write_partition
 
 KeyValue = tuple[bytes, bytes]
-
-
-@dataclass(frozen=True)
-class PartitionWritten:
-    """What a Spark task wrote for one store partition; `checksums` maps snapshot-relative names."""
-
-    partition: int
-    rows: int
-    checksums: dict[str, str]
 
 
 def kafka_partition(key: bytes, partitions: int) -> int:
@@ -49,38 +39,5 @@ def write_ssts(sorted_pairs: Any, snapshot_dir: str | os.PathLike[str]) -> list[
     return sorted(written, key=lambda result: result.partition)
 
 
-def finish_snapshot(
-    snapshot_dir: str | os.PathLike[str],
-    written: list[PartitionWritten],
-    *,
-    app: str,
-    store: str,
-    partitions: int,
-    key_serde: str,
-    value_serde: str,
-    changelog_topic: str | None = None,
-    changelog_offsets: dict[int, int] | None = None,
-) -> Manifest:
-    """The manifest of what the Spark tasks wrote, written last: its presence marks the snapshot complete."""
-    manifest = Manifest(
-        app=app,
-        store=store,
-        partitions=partitions,
-        key_serde=key_serde,
-        value_serde=value_serde,
-        changelog_topic=changelog_topic,
-        changelog_offsets=changelog_offsets or {},
-        row_counts={result.partition: result.rows for result in written},
-        checksums={name: digest for result in written for name, digest in result.checksums.items()},
-    )
-    write_manifest(snapshot_dir, manifest)
-    return manifest
-
-
 def _write_partition(index: int, rows: Iterator[KeyValue], snapshot_dir: str) -> Iterator[PartitionWritten]:
-    directory = partition_dir(snapshot_dir, index)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / SST_NAME
-    count = write_partition_sst(((bytes(key), bytes(value)) for key, value in rows), path)
-    checksums = {path.relative_to(snapshot_dir).as_posix(): sha256_file(path)} if count else {}
-    yield PartitionWritten(index, count, checksums)
+    yield write_partition(snapshot_dir, index, ((bytes(key), bytes(value)) for key, value in rows))

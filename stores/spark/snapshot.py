@@ -18,8 +18,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from stores.snapshot import Manifest, SnapshotError, SnapshotMismatch
-from stores.spark.partitioning import finish_snapshot, write_ssts
+from stores.snapshot import Manifest, SnapshotError, SnapshotMismatch, finish_snapshot
+from stores.spark.partitioning import write_ssts
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import msgpack
 from runtime.config import parse_app
 from runtime.worker import Worker
 from stores.rocksdb import RocksDBBackend
-from stores.snapshot import Manifest, sha256_file, write_manifest, write_partition_sst
+from stores.snapshot import Manifest, finish_snapshot, write_partition
 from tests.kafka_helpers import read_topic
 
 PARTITIONS = 3
@@ -61,16 +61,9 @@ async def latest_per_partition(bootstrap: str, topic: str) -> tuple[dict[int, di
     return live, ends
 
 
-def write_snapshot(directory: Path, manifest_fields: dict[str, Any], live: dict[int, dict[bytes, bytes]]) -> Manifest:
-    checksums, rows = {}, {}
-    for partition, values in live.items():
-        sst = directory / f"partition-{partition}" / "000000.sst"
-        rows[partition] = write_partition_sst(sorted(values.items()), sst)
-        if rows[partition]:
-            checksums[sst.relative_to(directory).as_posix()] = sha256_file(sst)
-    manifest = Manifest.model_validate({**manifest_fields, "row_counts": rows, "checksums": checksums})
-    write_manifest(directory, manifest)
-    return manifest
+def write_snapshot(directory: Path, identity: dict[str, Any], live: dict[int, dict[bytes, bytes]]) -> Manifest:
+    written = [write_partition(directory, partition, sorted(values.items())) for partition, values in live.items()]
+    return finish_snapshot(directory, written, **identity)
 
 
 def store_contents(state_dir: Path, app_id: str) -> dict[int, tuple[list[tuple[bytes, bytes]], int | None]]:

@@ -1,6 +1,6 @@
 """Snapshot restore: time to a ready task for a store of `--keys` keys, changelog replay vs snapshot ingest + tail.
 
-`python -m bench.snapshot_restore [--keys 1000000] [--tail 60000] [--runs 3] [--partitions 6] [--bootstrap HOST:PORT]`
+`python -m bench.snapshot_restore [--keys 1000000] [--tail 10000] [--runs 3] [--partitions 6] [--bootstrap HOST:PORT]`
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class ReadyRun:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.snapshot_restore", description=__doc__)
     parser.add_argument("--keys", type=int, default=1_000_000, help="keys in the store")
-    parser.add_argument("--tail", type=int, default=60_000, help="changelog records written after the snapshot")
+    parser.add_argument("--tail", type=int, default=10_000, help="changelog records written after the snapshot")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local broker")

@@ -71,11 +71,13 @@ def run(command: list[str], bootstrap: str, **options: Any) -> subprocess.Comple
 
 
 def spark_job(job: str, arguments: list[str], config: AppConfig, partitions: int, out: Path, bootstrap: str) -> None:
+    """Runs a Spark job as a user would; Spark's own log goes to a file next to the snapshot."""
     spec = next(p.stores[STORE] for p in config.processors if STORE in p.stores)
     command = [sys.executable, "-m", "stores.spark", job, *arguments, f"--app={config.app_id}", f"--store={STORE}",
                f"--partitions={partitions}", f"--key-serde={spec.key_serde}", f"--value-serde={spec.value_serde}",
                f"--out={out}", "--master=local[2]"]  # fmt: skip
-    run(command, bootstrap)
+    with (out.parent / f"{out.name}.log").open("wb") as log:
+        run(command, bootstrap, stderr=log)
 
 
 def store_rows(config: AppConfig, partitions: int) -> dict[str, dict[str, Any]]:
@@ -158,6 +160,7 @@ def demo(bootstrap: str, workdir: Path, count: int, after: int, seed: int, timeo
     partitions = asyncio.run(ensure_topics(bootstrap, config))
     store_partitions = partitions[config.processors[1].inputs[0]]
     snapshots = workdir / "snapshots" / STORE
+    snapshots.mkdir(parents=True)
     print(f"working in {workdir}\n\n1. bootstrap the store from Parquet")
     parquet = workdir / "opening-totals.parquet"
     run([sys.executable, "-m", "examples.payments.generate", f"--count={count}", f"--seed={seed}",

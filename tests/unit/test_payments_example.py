@@ -9,7 +9,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from examples.payments.generate import INVALID, POISON, VALID, Payment, make_payments
+from examples.payments.generate import INVALID, POISON, VALID, Payment, make_payments, opening_totals
 from examples.payments.processors import ValidatePayment, rejection_reason
 from examples.payments.run import APP_YAML, ROOT, added_totals, check, check_totals, growth, money
 from examples.payments.totals import AccountTotals
@@ -315,3 +315,26 @@ def test_the_demo_check_finds_totals_that_did_not_grow_by_this_run() -> None:
 
 def test_money_shows_major_units() -> None:
     assert money({"USD": 5, "RUB": 123456789}) == "RUB 1,234,567.89, USD 0.05"
+
+
+def test_opening_totals_are_of_the_accounts_the_payments_go_to_and_count_none_of_them() -> None:
+    opening = list(opening_totals(2000, seed=9))
+    accounts = {account for account, *_ in opening}
+    assert len(accounts) == len(opening) == 100
+    paid = {msgpack.unpackb(p.value)["account"] for p in make_payments(2000, seed=9) if p.kind == VALID}
+    assert paid <= accounts
+    assert all(count > 0 and totals["RUB"] > 0 and offset == -1 for _, count, totals, offset in opening)
+    assert opening == list(opening_totals(2000, seed=9))
+
+
+def test_a_bootstrapped_account_goes_on_from_its_opening_totals() -> None:
+    store = KeyValueStore(MemoryBackend(), resolve_serde("str"), resolve_serde("msgpack"))
+    account, count, totals, offset = next(opening_totals(200, seed=3))
+    store.put(account, {"count": count, "totals": totals, "offset": offset})
+    ctx = FakeContext({}, {"account-totals": store})
+    processor = AccountTotals()
+    processor.init(ctx)
+    payment = {"account": account, "currency": "RUB", "amount_minor": 250}
+    processor.process(Record("payments-valid", 0, 0, 0, account, payment, ()), ctx)
+    assert store.get(account)["count"] == count + 1
+    assert store.get(account)["totals"] == {"RUB": totals["RUB"] + 250}

@@ -161,19 +161,20 @@ def demo(bootstrap: str, workdir: Path, count: int, after: int, seed: int, timeo
     store_partitions = partitions[config.processors[1].inputs[0]]
     snapshots = workdir / "snapshots" / STORE
     snapshots.mkdir(parents=True)
-    print(f"working in {workdir}\n\n1. bootstrap the store from Parquet")
+    print(f"working in {workdir}\n\n1. bootstrap the store from Parquet", flush=True)
     parquet = workdir / "opening-totals.parquet"
-    run([sys.executable, "-m", "examples.payments.generate", f"--count={count}", f"--seed={seed}",
-         f"--opening-totals={parquet}"], bootstrap)  # fmt: skip
+    with (workdir / "opening-totals.log").open("wb") as log:  # Spark's log
+        run([sys.executable, "-m", "examples.payments.generate", f"--count={count}", f"--seed={seed}",
+             f"--opening-totals={parquet}"], bootstrap, stderr=log)  # fmt: skip
     spark_job("bootstrap", ["--source=parquet", f"--path={parquet}", "--key-column=account", "--value-column=count",
                             "--value-column=totals", "--value-column=offset"], config, store_partitions,
               snapshots / "1-bootstrap", bootstrap)  # fmt: skip
 
-    print("\n2. run the app from the bootstrapped store, snapshot it from its changelog while it runs")
+    print("\n2. run the app from the bootstrapped store, snapshot it from its changelog while it runs", flush=True)
     app_log = workdir / "app.log"
     with app_log.open("wb") as output:
         command = [sys.executable, "-m", "runtime", str(app_yaml)]
-        print(f"$ {' '.join(['python', *command[1:]])} &  (log: {app_log})")
+        print(f"$ {' '.join(['python', *command[1:]])} &  (log: {app_log})", flush=True)
         env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap}
         app = subprocess.Popen(command, cwd=ROOT, env=env, stderr=output)
     try:
@@ -200,10 +201,10 @@ def demo(bootstrap: str, workdir: Path, count: int, after: int, seed: int, timeo
         return 1
     print(f"the store holds {len(before):,} accounts: each one's opening totals plus its valid payments")
 
-    print("\n3. delete the app's state and restart: from the changelog snapshot plus the changelog tail")
+    print("\n3. delete the app's state and restart: from the changelog snapshot plus the changelog tail", flush=True)
     fast = restart_and_time(app_yaml, config, bootstrap, workdir / "restart-snapshot.log")
     from_snapshot = store_rows(config, store_partitions)
-    print("\n   and without the changelog snapshot: the bootstrap snapshot plus the whole changelog")
+    print("\n   and without the changelog snapshot: the bootstrap snapshot plus the whole changelog", flush=True)
     shutil.move(snapshots / "2-changelog", workdir / "2-changelog")
     slow = restart_and_time(app_yaml, config, bootstrap, workdir / "restart-changelog.log")
     replayed = store_rows(config, store_partitions)

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 
 class SnapshotIngest:
+    """Shared by every task of a worker, as the changelog restorer that calls it is."""
+
     def __init__(self, counters: Counters, progress: RestoreProgress):
         self._counters = counters
         self._progress = progress
@@ -65,15 +67,22 @@ class SnapshotIngest:
         offset = snapshot.manifest.offset(partition)
         log.info("ingesting snapshot %s into store %s partition %d: %d rows up to changelog offset %d",
                  snapshot.directory, entry.name, partition, rows, offset)  # fmt: skip
-        state.rebuild(entry.name)  # ingesting needs an empty store: deleted keys must not survive
         backend = entry.backend
         if not isinstance(backend, RocksDBBackend):
             raise SnapshotError(f"store {entry.name} is not a RocksDB store: snapshots cannot be ingested into it")
+        state.rebuild(entry.name)  # ingesting needs an empty store: deleted keys must not survive
         bar = self._progress.start(f"ingesting snapshot {entry.name}[{partition}]", rows, unit="rows")
         started = time.monotonic()
         try:
             # Checksums and the ingest read whole files: off the event loop, so other tasks go on.
-            await asyncio.to_thread(ingest_partition, backend, snapshot.directory, snapshot.manifest, partition)
+            loading = asyncio.ensure_future(
+                asyncio.to_thread(ingest_partition, backend, snapshot.directory, snapshot.manifest, partition)
+            )
+            try:
+                await asyncio.shield(loading)
+            except asyncio.CancelledError:
+                await loading  # a task stopped meanwhile closes its store only after the thread let go of it
+                raise
             self._progress.advance(bar, rows)
         finally:
             self._progress.finish(bar)

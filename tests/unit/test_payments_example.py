@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -12,12 +13,13 @@ import pytest
 from examples.payments.generate import INVALID, POISON, VALID, Payment, make_payments, opening_totals
 from examples.payments.processors import ValidatePayment, rejection_reason
 from examples.payments.run import APP_YAML, ROOT, added_totals, check, check_totals, growth, money
+from examples.payments.snapshot_demo import demo_app
 from examples.payments.totals import AccountTotals
 from processors import Context, Record
 from processors.context import Punctuation
 from processors.partitioner import partition_for
 from processors.serdes import resolve_serde
-from runtime.config import load_app
+from runtime.config import SnapshotsConfig, load_app
 from stores import KeyValueStore, MemoryBackend
 
 
@@ -338,3 +340,16 @@ def test_a_bootstrapped_account_goes_on_from_its_opening_totals() -> None:
     processor.process(Record("payments-valid", 0, 0, 0, account, payment, ()), ctx)
     assert store.get(account)["count"] == count + 1
     assert store.get(account)["totals"] == {"RUB": totals["RUB"] + 250}
+
+
+def test_the_snapshot_demo_runs_the_app_on_its_own_topics_with_a_snapshot_location(tmp_path: Path) -> None:
+    config = load_app(demo_app(tmp_path, "x1"))
+    example = load_app(ROOT / APP_YAML)
+    assert config.app_id != example.app_id
+    declared = {name for name in example.topics if name != example.dead_letter_topic}  # dead letters: implicit
+    assert set(config.topics) - {config.dead_letter_topic} == {f"{name}-x1" for name in declared}
+    totals = config.processors[1]
+    assert totals.params == {"output_topic": "account-totals-x1", "store": "account-totals"}
+    assert config.snapshots_for(totals.stores["account-totals"]) == SnapshotsConfig(location=tmp_path / "snapshots")
+    assert config.state_dir == tmp_path / "state"
+    assert example.snapshots is None, "make example restores without snapshots"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime.worker import WorkerFailed
 from tests.conftest import TopicNamer
 from tests.integration.running import spawn_worker, write_app
 from tests.integration.snapshots import (
@@ -123,3 +124,21 @@ async def test_a_manifest_of_another_app_store_serde_partitioning_or_changelog_i
     assert f"error: store {STORE}: refusing snapshot {tmp_path / 'snapshots' / STORE / '1'}: " in output, output
     assert f"has {field}={wrong!r}, expected {identity[field]!r}" in output, output
     assert "Traceback" not in output, "a refused snapshot is a message, not a stack trace"
+
+
+async def test_a_snapshot_past_the_end_of_the_changelog_is_refused(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    app_id, source, sink = topic_name("app"), topic_name("in"), topic_name("out")
+    changelog = f"{app_id}-{STORE}-changelog"
+    await create_topic(kafka_bootstrap, source, PARTITIONS)
+    await create_topic(kafka_bootstrap, changelog, PARTITIONS, {"cleanup.policy": "compact"})
+    await produce(kafka_bootstrap, changelog, changes(6, 300))
+    live, offsets = await latest_per_partition(kafka_bootstrap, changelog)
+    beyond = {partition: offset + 1000 for partition, offset in offsets.items()}  # as of a deleted, older changelog
+    identity = {"app": app_id, "store": STORE, "partitions": PARTITIONS, "key_serde": "msgpack",
+                "value_serde": "msgpack", "changelog_topic": changelog, "changelog_offsets": beyond}  # fmt: skip
+    write_snapshot(tmp_path / "snapshots" / STORE / "1", identity, live)
+    app = snapshot_app(app_id, source, sink, tmp_path / "state", tmp_path / "snapshots")
+    with pytest.raises(WorkerFailed, match=r"refusing snapshot .* but the changelog ends at \d+"):
+        await restore_only(app, kafka_bootstrap)

@@ -135,7 +135,10 @@ def parse_restores(process: RuntimeProcess) -> tuple[list[PartitionRestore], dat
     return sorted(partitions, key=lambda p: p.partition), first, last
 
 
-def run_restore(spec: AppSpec, workdir: Path, state_dir: Path, expected: int, profile: bool) -> RestoreRun:
+def restart_without_state(
+    spec: AppSpec, workdir: Path, state_dir: Path, expected: int, profile: bool
+) -> tuple[RuntimeProcess, datetime]:
+    """Delete the app's state and run it with --until-caught-up: it restores, then exits. Also when it started."""
     shutil.rmtree(state_dir / spec.app_id, ignore_errors=True)
     started_at = datetime.now()
     process = RuntimeProcess(spec.write(workdir), "--until-caught-up", profile=profile)
@@ -144,6 +147,11 @@ def run_restore(spec: AppSpec, workdir: Path, state_dir: Path, expected: int, pr
         raise RuntimeError(f"the runtime exited with {code}; log {process.log_path}:\n{process.log_tail()}")
     if process.profile_path is not None:
         print(f"profile {process.profile_path.relative_to(REPO_ROOT)}, by own time:\n{hotspots(process.profile_path)}")
+    return process, started_at
+
+
+def run_restore(spec: AppSpec, workdir: Path, state_dir: Path, expected: int, profile: bool) -> RestoreRun:
+    process, started_at = restart_without_state(spec, workdir, state_dir, expected, profile)
     partitions, first, last = parse_restores(process)
     restored = sum(p.records for p in partitions)
     if first is None or last is None or restored < expected:

@@ -70,6 +70,22 @@ class TopicConfig(Strict):
     _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: _known_serde(name)))
 
 
+class SnapshotsConfig(Strict):
+    """Where bulk snapshots of stores are found: `<location>/<store>/<any name>/manifest.json`.
+
+    A mapping rather than a bare path, so object stores can be added as other fields later.
+    """
+
+    location: Path
+
+    @field_validator("location", mode="before")
+    @classmethod
+    def _local_path(cls, location: object) -> object:
+        if isinstance(location, str) and "://" in location:
+            raise ValueError(f"'{location}' is a URL; only local or mounted directories are supported")
+        return location
+
+
 class StoreConfig(Strict):
     """A task-local key-value store; with a changelog it survives crashes and moves with its partition."""
 
@@ -77,8 +93,15 @@ class StoreConfig(Strict):
     changelog: bool = True
     key_serde: str = "msgpack"
     value_serde: str = "msgpack"
+    snapshots: SnapshotsConfig | None = None
 
     _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: _known_serde(name)))
+
+    @model_validator(mode="after")
+    def _snapshots_need_rocksdb_and_changelog(self) -> StoreConfig:
+        if self.snapshots is not None and (self.backend != "rocksdb" or not self.changelog):
+            raise ValueError("snapshots are ingested into RocksDB stores with a changelog only")
+        return self
 
 
 class GlobalStoreConfig(Strict):
@@ -176,6 +199,7 @@ class AppConfig(Strict):
     create_topics: bool = True
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
     state_dir: Path = Path("state")
+    snapshots: SnapshotsConfig | None = None
 
     @field_validator("topics")
     @classmethod
@@ -236,6 +260,12 @@ class AppConfig(Strict):
 
     def changelog_topic(self, store: str) -> str:
         return f"{self.app_id}-{store}-changelog"
+
+    def snapshots_for(self, store: StoreConfig) -> SnapshotsConfig | None:
+        """The store's own setting, else the app's; only RocksDB stores with a changelog take snapshots."""
+        if store.backend != "rocksdb" or not store.changelog:
+            return None
+        return store.snapshots or self.snapshots
 
     def input_topics(self) -> list[str]:
         return sorted({topic for processor in self.processors for topic in processor.inputs})

@@ -22,11 +22,14 @@ class Counters:
     assignments: int = 0
     revocations: int = 0
     max_queued: int = 0
-    restored: int = 0
+    restored: int = 0  # changelog records replayed (after a snapshot: only its tail)
     restore_remaining: int = 0
     global_records: int = 0
     global_store_errors: int = 0
     global_bootstrap_seconds: float = 0.0
+    snapshot_ingests: int = 0  # store partitions loaded from a snapshot before their changelog tail
+    snapshot_rows: int = 0
+    snapshot_seconds: float = 0.0
 
     def snapshot(self) -> dict[str, float]:
         return asdict(self)

@@ -1,5 +1,8 @@
 """Bring a task's stores up to date from their changelogs before the task processes anything.
 
+With a snapshot location, a store missing or behind the newest snapshot is first loaded from it
+(runtime/snapshot_ingest.py) and only the changelog after the snapshot's offset is replayed.
+
 A restore reads from the offset kept inside the store (or from the beginning) and is complete when
 the consumer's position reaches the end offset taken when it began — never "when the last record's
 offset is reached": under transactions the last offset is a commit marker.
@@ -15,6 +18,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runtime.counters import Counters
 from runtime.restore_progress import RestoreProgress
+from runtime.snapshot_ingest import SnapshotIngest
 from runtime.state import TaskState, TaskStore
 
 log = logging.getLogger(__name__)
@@ -32,6 +36,7 @@ class ChangelogRestorer:
         self._new_consumer = new_consumer
         self._counters = counters
         self._progress = progress or RestoreProgress()
+        self._snapshots = SnapshotIngest(counters, self._progress)
 
     async def restore(self, state: TaskState) -> None:
         await state.open()
@@ -53,6 +58,8 @@ class ChangelogRestorer:
                             entry.name, tp.partition, stored, start, end)  # fmt: skip
                 state.rebuild(entry.name)
                 stored = None
+            partitions = len(consumer.partitions_for_topic(tp.topic) or ())
+            stored = await self._snapshots.ingest_if_behind(state, entry, tp, partitions, stored, end)
             position = start if stored is None else stored
             if position >= end:
                 log.info("store %s partition %d is up to date (changelog offset %d)", entry.name, tp.partition, end)

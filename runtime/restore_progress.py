@@ -7,7 +7,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 
 class RestoreProgress:
-    """One bar per changelog partition being restored; nothing at all when not on a terminal."""
+    """One bar per store partition being restored (snapshot rows, then changelog records); nothing at all
+    when not on a terminal."""
 
     def __init__(self, console: Console | None = None):
         self._console = console or Console(stderr=True)
@@ -18,18 +19,18 @@ class RestoreProgress:
     def enabled(self) -> bool:
         return self._console.is_terminal
 
-    def start(self, description: str, total: int) -> TaskID | None:
+    def start(self, description: str, total: int, unit: str = "records") -> TaskID | None:
         if not self.enabled:
             return None
         if self._progress is None:
             self._progress = Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("records"), TimeRemainingColumn(),
+                TextColumn("{task.fields[unit]}"), TimeRemainingColumn(),
                 console=self._console, transient=True,
             )  # fmt: skip
             self._progress.start()
         self._active += 1
-        return self._progress.add_task(description, total=total)
+        return self._progress.add_task(description, total=total, unit=unit)
 
     def advance(self, bar: TaskID | None, records: int) -> None:
         if bar is not None and self._progress is not None:

@@ -10,9 +10,9 @@ from pathlib import Path
 from aiokafka import TopicPartition
 
 from processors.serdes import resolve_serde
-from runtime.config import AppConfig, ProcessorConfig, StoreConfig
+from runtime.config import AppConfig, ProcessorConfig, SnapshotsConfig, StoreConfig
 from runtime.outputs import Outputs
-from stores import KeyValueStore, StoreCorrupted, StoreLocked, open_backend, wipe
+from stores import Backend, KeyValueStore, StoreCorrupted, StoreLocked, open_backend, wipe
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,9 @@ class TaskStore:
     spec: StoreConfig
     path: Path
     store: KeyValueStore
+    backend: Backend  # the store's own, for loading snapshots into
     changelog: TopicPartition | None
+    snapshots: SnapshotsConfig | None
 
 
 def store_path(config: AppConfig, store: str, partition: int) -> Path:
@@ -42,6 +44,10 @@ class TaskState:
         self._outputs = outputs
         self.stores: dict[str, TaskStore] = {}
 
+    @property
+    def app_id(self) -> str:
+        return self._config.app_id
+
     async def open(self) -> None:
         """Open every store; a store another task on this machine still closes is waited for."""
         for name, spec in self._spec.stores.items():
@@ -49,15 +55,18 @@ class TaskState:
             path = store_path(self._config, name, self.partition)
             for attempt in range(LOCK_RETRIES):
                 try:
-                    store = self._open(name, spec, path, changelog)
+                    store, backend = self._open(name, spec, path, changelog)
                     break
                 except StoreLocked:
                     if attempt == LOCK_RETRIES - 1:
                         raise
                     await asyncio.sleep(0.2)
-            self.stores[name] = TaskStore(name, spec, path, store, changelog)
+            snapshots = self._config.snapshots_for(spec)
+            self.stores[name] = TaskStore(name, spec, path, store, backend, changelog, snapshots)
 
-    def _open(self, name: str, spec: StoreConfig, path: Path, changelog: TopicPartition | None) -> KeyValueStore:
+    def _open(
+        self, name: str, spec: StoreConfig, path: Path, changelog: TopicPartition | None
+    ) -> tuple[KeyValueStore, Backend]:
         try:
             backend = open_backend(spec.backend, path)
         except StoreCorrupted as error:
@@ -65,13 +74,14 @@ class TaskState:
                         name, self.partition, error)  # fmt: skip
             wipe(path)
             backend = open_backend(spec.backend, path)
-        return KeyValueStore(
+        store = KeyValueStore(
             backend,
             resolve_serde(spec.key_serde),
             resolve_serde(spec.value_serde),
             name=name,
             changelog=changelog is not None,
         )
+        return store, backend
 
     def rebuild(self, name: str) -> None:
         """Drop the local copy of a store (ahead of its changelog) and start empty."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -55,6 +56,10 @@ class Manifest(BaseModel):
     checksums: dict[str, str] = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
+    def offset(self, partition: int) -> int:
+        """The changelog offset a restore of `partition` resumes from after ingesting it."""
+        return self.changelog_offsets.get(partition, 0)
+
 
 def partition_dir(snapshot_dir: str | os.PathLike[str], partition: int) -> Path:
     return Path(snapshot_dir) / f"partition-{partition}"
@@ -86,15 +91,29 @@ def read_manifest(snapshot_dir: str | os.PathLike[str]) -> Manifest:
     return manifest
 
 
-def validate(manifest: Manifest, app: str, store: str, partitions: int, key_serde: str, value_serde: str) -> None:
-    """Refuses a snapshot of another app/store, partition count or encoding: its bytes would be wrong here."""
-    expected = {
+def validate(
+    manifest: Manifest,
+    app: str,
+    store: str,
+    partitions: int,
+    key_serde: str,
+    value_serde: str,
+    changelog_topic: str | None = None,
+) -> None:
+    """Refuses a snapshot of another app/store, partition count or encoding: its bytes would be wrong here.
+
+    A manifest naming a changelog topic must name `changelog_topic` (when given): its offsets count
+    records of that topic. A bootstrap manifest names none and covers no changelog record.
+    """
+    expected: dict[str, object] = {
         "app": app,
         "store": store,
         "partitions": partitions,
         "key_serde": key_serde,
         "value_serde": value_serde,
     }
+    if changelog_topic is not None and manifest.changelog_topic is not None:
+        expected["changelog_topic"] = changelog_topic
     for field, wanted in expected.items():
         found = getattr(manifest, field)
         if found != wanted:
@@ -133,13 +152,15 @@ def partition_files(snapshot_dir: str | os.PathLike[str], manifest: Manifest, pa
     return sorted(Path(snapshot_dir) / name for name in manifest.checksums if name.startswith(prefix))
 
 
-def ingest_partition(backend: RocksDBBackend, snapshot_dir: str | os.PathLike[str], partition: int) -> int:
+def ingest_partition(
+    backend: RocksDBBackend, snapshot_dir: str | os.PathLike[str], manifest: Manifest, partition: int
+) -> int:
     """Loads one partition's SST files into an empty store; returns the changelog offset to resume from.
 
     The store must be empty (wipe it first): keys deleted since the snapshot would otherwise survive.
-    Checksums are verified before anything is loaded.
+    Checksums are verified before anything is loaded. Takes a backend, not a task, so any store
+    (a task's or one shared by all tasks) can be loaded this way.
     """
-    manifest = read_manifest(snapshot_dir)
     if not 0 <= partition < manifest.partitions:
         raise SnapshotError(f"snapshot {snapshot_dir} has {manifest.partitions} partitions, no partition {partition}")
     if next(iter(backend.items()), None) is not None:
@@ -150,7 +171,7 @@ def ingest_partition(backend: RocksDBBackend, snapshot_dir: str | os.PathLike[st
         name = path.relative_to(root).as_posix()
         if sha256_file(path) != manifest.checksums[name]:
             raise SnapshotError(f"snapshot {root}: {name} does not match its checksum")
-    offset = manifest.changelog_offsets.get(partition, 0)
+    offset = manifest.offset(partition)
     if files:
         backend.ingest(files, offset)
     else:
@@ -193,3 +214,53 @@ def write_partition_sst(rows: Iterable[tuple[bytes, bytes]], path: str | os.Path
             del writer
             target.unlink(missing_ok=True)
     return count
+
+
+@dataclass(frozen=True)
+class PartitionWritten:
+    """What was written for one store partition; `checksums` maps snapshot-relative names."""
+
+    partition: int
+    rows: int
+    checksums: dict[str, str]
+
+
+def write_partition(
+    snapshot_dir: str | os.PathLike[str], partition: int, rows: Iterable[tuple[bytes, bytes]]
+) -> PartitionWritten:
+    """One partition's SST from rows in increasing key order; its directory exists even with no rows."""
+    directory = partition_dir(snapshot_dir, partition)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / SST_NAME
+    count = write_partition_sst(rows, path)
+    checksums = {path.relative_to(snapshot_dir).as_posix(): sha256_file(path)} if count else {}
+    return PartitionWritten(partition, count, checksums)
+
+
+def finish_snapshot(
+    snapshot_dir: str | os.PathLike[str],
+    written: Iterable[PartitionWritten],
+    *,
+    app: str,
+    store: str,
+    partitions: int,
+    key_serde: str,
+    value_serde: str,
+    changelog_topic: str | None = None,
+    changelog_offsets: dict[int, int] | None = None,
+) -> Manifest:
+    """The manifest of the partitions written, written last: its presence marks the snapshot complete."""
+    results = list(written)
+    manifest = Manifest(
+        app=app,
+        store=store,
+        partitions=partitions,
+        key_serde=key_serde,
+        value_serde=value_serde,
+        changelog_topic=changelog_topic,
+        changelog_offsets=changelog_offsets or {},
+        row_counts={result.partition: result.rows for result in results},
+        checksums={name: digest for result in results for name, digest in result.checksums.items()},
+    )
+    write_manifest(snapshot_dir, manifest)
+    return manifest

@@ -1,5 +1,8 @@
 """Payments test data: `python -m examples.payments.generate --bootstrap HOST:PORT --count N`.
 
+With `--opening-totals PATH` it writes instead, as Parquet, the totals the accounts of those payments
+held before (a bulk source to bootstrap the totals store from, see snapshot_demo.py).
+
 Values are msgpack maps, keys the UTF-8 payment id. The same seed gives the same payments, so a
 run can be reproduced; a share of them is invalid on purpose (see `INVALID_KINDS`), and an
 optional share is poison (not a map, or not msgpack at all) to exercise the error policy.
@@ -44,7 +47,7 @@ def make_payments(
 ) -> Iterator[Payment]:
     """`count` encoded payments; each is invalid with `invalid_ratio`, poison with `poison_ratio`."""
     rng = random.Random(seed)
-    accounts = [f"40817810{rng.randrange(10**12):012d}" for _ in range(max(1, count // 20))]
+    accounts = _accounts(rng, count)
     terminals = [f"T{rng.randrange(10**7):07d}" for _ in range(max(1, count // 200))]
     created_at = START_MS
     for _ in range(count):
@@ -70,6 +73,35 @@ def make_payments(
             kind = INVALID
             _spoil(payment, rng)
         yield Payment(payment_id.encode(), msgpack.packb(payment), kind)
+
+
+def _accounts(rng: random.Random, count: int) -> list[str]:
+    """The accounts `count` payments of a seed go to: drawn first, so other data can share them."""
+    return [f"40817810{rng.randrange(10**12):012d}" for _ in range(max(1, count // 20))]
+
+
+def opening_totals(count: int, seed: int = 1) -> Iterator[tuple[str, int, dict[str, int], int]]:
+    """(account, count, totals per currency, offset) for the accounts of `make_payments(count, seed=seed)`:
+    what a bank's books held before the app ran, for bootstrapping its store. Offset -1: no payment
+    of `payments-valid` is counted in it yet."""
+    balances = random.Random(f"opening-{seed}")
+    for account in _accounts(random.Random(seed), count):
+        payments = balances.randrange(1, 500)
+        yield account, payments, {"RUB": payments * balances.randrange(100, 100_000)}, -1
+
+
+def write_opening_totals(path: str, count: int, seed: int = 1) -> int:
+    """Writes `opening_totals` as Parquet (with PySpark, from the `spark` extra); returns the row count."""
+    from stores.spark.session import spark_session
+
+    rows = list(opening_totals(count, seed))
+    spark = spark_session("payments opening totals", "local[2]")
+    try:
+        schema = "account string, count long, totals map<string, long>, offset long"
+        spark.createDataFrame(rows, schema).coalesce(1).write.mode("overwrite").parquet(path)
+    finally:
+        spark.stop()
+    return len(rows)
 
 
 def _spoil(payment: dict[str, Any], rng: random.Random) -> None:
@@ -127,13 +159,22 @@ async def generate_payments(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m examples.payments.generate", description="Produce test payments.")
-    parser.add_argument("--bootstrap", required=True, help="HOST:PORT of a Kafka broker")
+    parser.add_argument("--bootstrap", help="HOST:PORT of a Kafka broker")
     parser.add_argument("--topic", default="payments", help="an existing topic (default: payments)")
     parser.add_argument("--count", type=int, required=True)
     parser.add_argument("--invalid-ratio", type=float, default=0.05)
     parser.add_argument("--poison-ratio", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--opening-totals", metavar="PATH", help="instead: write the accounts' opening totals as Parquet to PATH"
+    )
     args = parser.parse_args(argv)
+    if args.opening_totals:
+        rows = write_opening_totals(args.opening_totals, args.count, args.seed)
+        print(f"wrote the opening totals of {rows} accounts to {args.opening_totals}")
+        return 0
+    if not args.bootstrap:
+        parser.error("--bootstrap is required to produce payments")
     if args.count < 0 or not 0 <= args.invalid_ratio + args.poison_ratio <= 1:
         parser.error("--count must be >= 0 and the ratios must add up to at most 1")
     counts = asyncio.run(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from processors.serdes import resolve_serde
-from stores.snapshot import Manifest, SnapshotError, write_manifest
+from stores.snapshot import Manifest, SnapshotError, finish_snapshot
 from stores.spark.partitioning import KeyValue, place_and_sort, write_ssts
 
 SOURCES = ("parquet", "csv", "json", "jdbc")
@@ -95,14 +95,13 @@ def bootstrap(
     except Exception:
         shutil.rmtree(out_dir, ignore_errors=True)
         raise
-    manifest = Manifest(
+    manifest = finish_snapshot(
+        out_dir,
+        written,
         app=app,
         store=store,
         partitions=partitions,
         key_serde=key_serde,
         value_serde=value_serde,
-        row_counts={result.partition: result.rows for result in written},
-        checksums={name: digest for result in written for name, digest in result.checksums.items()},
     )
-    write_manifest(out_dir, manifest)
     return BootstrapResult(rows_read=rows_read.value, rows_written=sum(manifest.row_counts.values()), manifest=manifest)

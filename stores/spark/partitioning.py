@@ -9,23 +9,13 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from processors.partitioner import partition_for
-from stores.snapshot import SST_NAME, partition_dir, sha256_file, write_partition_sst
+from stores.snapshot import PartitionWritten, write_partition
 
 KeyValue = tuple[bytes, bytes]
-
-
-@dataclass(frozen=True)
-class PartitionWritten:
-    """What a Spark task wrote for one store partition; `checksums` maps snapshot-relative names."""
-
-    partition: int
-    rows: int
-    checksums: dict[str, str]
 
 
 def kafka_partition(key: bytes, partitions: int) -> int:
@@ -50,9 +40,4 @@ def write_ssts(sorted_pairs: Any, snapshot_dir: str | os.PathLike[str]) -> list[
 
 
 def _write_partition(index: int, rows: Iterator[KeyValue], snapshot_dir: str) -> Iterator[PartitionWritten]:
-    directory = partition_dir(snapshot_dir, index)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / SST_NAME
-    count = write_partition_sst(((bytes(key), bytes(value)) for key, value in rows), path)
-    checksums = {path.relative_to(snapshot_dir).as_posix(): sha256_file(path)} if count else {}
-    yield PartitionWritten(index, count, checksums)
+    yield write_partition(snapshot_dir, index, ((bytes(key), bytes(value)) for key, value in rows))

@@ -18,7 +18,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from stores.snapshot import Manifest, SnapshotError, SnapshotMismatch, write_manifest
+from stores.snapshot import Manifest, SnapshotError, SnapshotMismatch, finish_snapshot
 from stores.spark.partitioning import write_ssts
 
 
@@ -122,7 +122,9 @@ def snapshot(
         raise
     finally:
         records.unpersist()
-    manifest = Manifest(
+    manifest = finish_snapshot(
+        out_dir,
+        written,
         app=app,
         store=store,
         partitions=partitions,
@@ -130,10 +132,7 @@ def snapshot(
         value_serde=value_serde,
         changelog_topic=topic,
         changelog_offsets=end_offsets,
-        row_counts={result.partition: result.rows for result in written},
-        checksums={name: digest for result in written for name, digest in result.checksums.items()},
     )
-    write_manifest(out_dir, manifest)
     return SnapshotResult(records_read=records_read, rows_written=sum(manifest.row_counts.values()), manifest=manifest)
 
 

@@ -17,17 +17,34 @@ from stores.spark.__main__ import main
 from stores.spark.session import spark_session
 from stores.spark.snapshot import snapshot
 from tests.conftest import TopicNamer
+from tests.integration.snapshots import (
+    PARTITIONS as STORE_PARTITIONS,
+)
+from tests.integration.snapshots import (
+    STORE,
+    changes,
+    latest_per_partition,
+    restore_only,
+    snapshot_app,
+    store_contents,
+)
 from tests.kafka_helpers import create_topic, produce, read_topic
 
 PARTITIONS = 3
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
+def _stop_spark_after_module() -> Iterator[None]:
+    yield
+    spark_session("stores-spark-integration-tests", "local[2]", kafka=True).stop()
+
+
+@pytest.fixture
+def spark(_stop_spark_after_module: None) -> Any:
+    """The active session, made again if a test stopped it (the CLI stops the session it used)."""
     session = spark_session("stores-spark-integration-tests", "local[2]", kafka=True)
     session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    return session
 
 
 async def _transactions(bootstrap: str, topic: str, committed: list[tuple[bytes, bytes | None]]) -> None:
@@ -104,7 +121,7 @@ def test_snapshot_equals_the_latest_value_per_key(
         assert manifest.changelog_offsets[partition] > ends.get(partition, -1)
         backend = RocksDBBackend(tmp_path / f"db-{partition}")
         try:
-            offset = ingest_partition(backend, tmp_path / "snap", partition)
+            offset = ingest_partition(backend, tmp_path / "snap", read_manifest(tmp_path / "snap"), partition)
             assert offset == manifest.changelog_offsets[partition]
             assert list(backend.items()) == expected.get(partition, [])
             assert backend.changelog_offset() == offset
@@ -117,3 +134,43 @@ def test_snapshot_equals_the_latest_value_per_key(
     assert main(argv) == 0
     again = read_manifest(tmp_path / "cli")
     assert (again.changelog_offsets, again.row_counts) == (manifest.changelog_offsets, manifest.row_counts)
+
+
+def test_runtime_restores_from_the_spark_snapshot_plus_the_changelog_tail(
+    spark: Any, kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    app_id, source, sink = topic_name("app"), topic_name("in"), topic_name("out")
+    changelog = f"{app_id}-{STORE}-changelog"
+
+    async def fill(records: list[tuple[bytes, bytes | None]]) -> None:
+        await produce(kafka_bootstrap, changelog, records)
+
+    async def create() -> None:
+        await create_topic(kafka_bootstrap, source, STORE_PARTITIONS)
+        await create_topic(kafka_bootstrap, changelog, STORE_PARTITIONS, {"cleanup.policy": "compact"})
+
+    anyio.run(create)
+    anyio.run(fill, changes(11, 3000))
+    result = snapshot(
+        spark,
+        bootstrap_servers=kafka_bootstrap,
+        topic=changelog,
+        app=app_id,
+        store=STORE,
+        partitions=STORE_PARTITIONS,
+        key_serde="msgpack",
+        value_serde="msgpack",
+        out=tmp_path / "snapshots" / STORE / "from-spark",
+    )
+    tail = changes(12, 1000)
+    anyio.run(fill, tail)
+    expected, ends = anyio.run(latest_per_partition, kafka_bootstrap, changelog)
+
+    fast = anyio.run(restore_only, snapshot_app(app_id, source, sink, tmp_path / "fast", tmp_path / "snapshots"),
+                     kafka_bootstrap)  # fmt: skip
+    full = anyio.run(restore_only, snapshot_app(app_id, source, sink, tmp_path / "full", None), kafka_bootstrap)
+    assert fast.counters.snapshot_rows == result.rows_written
+    assert fast.counters.restored == len(tail) == full.counters.restored - 3000
+    restored = store_contents(tmp_path / "fast", app_id)
+    assert restored == store_contents(tmp_path / "full", app_id)
+    assert restored == {p: (sorted(expected[p].items()), ends[p]) for p in range(STORE_PARTITIONS)}

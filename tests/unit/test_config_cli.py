@@ -196,6 +196,21 @@ CASES = [
         text="app_id: broken\ntopics:\n\torders: {}\n",
         expected=(r"is not valid YAML", r"line 3"),
     ),
+    Case(
+        "snapshot location that is a URL",
+        set_top(snapshots={"location": "s3://bucket/snapshots"}),
+        expected=(r"snapshots\.location: 's3://bucket/snapshots' is a URL; only local or mounted directories",),
+    ),
+    Case(
+        "snapshots without a location",
+        set_top(snapshots={"path": "/data/snapshots"}),
+        expected=(r"snapshots\.location: Field required", r"snapshots\.path: Extra inputs are not permitted"),
+    ),
+    Case(
+        "snapshots of a memory store",
+        set_processor(stores={"totals": {"backend": "memory", "snapshots": {"location": "/data/snapshots"}}}),
+        expected=(r"processors\[0\]\.stores\.totals: snapshots are ingested into RocksDB stores with a changelog",),
+    ),
     Case("empty file", text="", expected=(r"\(top level\): expected a mapping with app_id, topics and processors",)),
     Case("a list, not a mapping", text="- app_id: x\n", expected=(r"\(top level\): expected a mapping",)),
 ]
@@ -296,3 +311,19 @@ def test_numeric_topic_name_is_the_topic_of_that_name() -> None:
     app["topics"][123] = {"partitions": 1}  # written unquoted, YAML reads an int: Kafka allows "123"
     config = parse_app(yaml.safe_load(yaml.safe_dump(app)))
     assert config.topics["123"].partitions == 1
+
+
+def test_a_store_takes_its_own_snapshot_location_else_the_apps() -> None:
+    app = copy.deepcopy(VALID)
+    app["snapshots"] = {"location": "/mnt/snapshots"}
+    processor(app)["stores"] = {
+        "plain": {},
+        "own": {"snapshots": {"location": "/mnt/other"}},
+        "in-memory": {"backend": "memory"},
+        "local-only": {"changelog": False},
+    }
+    config = parse_app(app)
+    stores = config.processors[0].stores
+    locations = {name: getattr(config.snapshots_for(spec), "location", None) for name, spec in stores.items()}
+    assert locations == {"plain": Path("/mnt/snapshots"), "own": Path("/mnt/other"), "in-memory": None,
+                         "local-only": None}  # fmt: skip

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgpack
 import pytest
 
-from examples.payments.generate import INVALID, POISON, VALID, Payment, make_payments
+from examples.payments.generate import INVALID, POISON, VALID, Payment, make_payments, opening_totals
 from examples.payments.processors import ValidatePayment, rejection_reason
 from examples.payments.run import APP_YAML, ROOT, added_totals, check, check_totals, growth, money
+from examples.payments.snapshot_demo import demo_app
 from examples.payments.totals import AccountTotals
 from processors import Context, Record
 from processors.context import Punctuation
 from processors.partitioner import partition_for
 from processors.serdes import resolve_serde
-from runtime.config import load_app
+from runtime.config import SnapshotsConfig, load_app
 from stores import KeyValueStore, MemoryBackend, ReadOnlyStore
 
 
@@ -318,3 +320,39 @@ def test_the_demo_check_finds_totals_that_did_not_grow_by_this_run() -> None:
 
 def test_money_shows_major_units() -> None:
     assert money({"USD": 5, "RUB": 123456789}) == "RUB 1,234,567.89, USD 0.05"
+
+
+def test_opening_totals_are_of_the_accounts_the_payments_go_to_and_count_none_of_them() -> None:
+    opening = list(opening_totals(2000, seed=9))
+    accounts = {account for account, *_ in opening}
+    assert len(accounts) == len(opening) == 100
+    paid = {msgpack.unpackb(p.value)["account"] for p in make_payments(2000, seed=9) if p.kind == VALID}
+    assert paid <= accounts
+    assert all(count > 0 and totals["RUB"] > 0 and offset == -1 for _, count, totals, offset in opening)
+    assert opening == list(opening_totals(2000, seed=9))
+
+
+def test_a_bootstrapped_account_goes_on_from_its_opening_totals() -> None:
+    store = KeyValueStore(MemoryBackend(), resolve_serde("str"), resolve_serde("msgpack"))
+    account, count, totals, offset = next(opening_totals(200, seed=3))
+    store.put(account, {"count": count, "totals": totals, "offset": offset})
+    ctx = FakeContext({}, {"account-totals": store})
+    processor = AccountTotals()
+    processor.init(ctx)
+    payment = {"account": account, "currency": "RUB", "amount_minor": 250}
+    processor.process(Record("payments-valid", 0, 0, 0, account, payment, ()), ctx)
+    assert store.get(account)["count"] == count + 1
+    assert store.get(account)["totals"] == {"RUB": totals["RUB"] + 250}
+
+
+def test_the_snapshot_demo_runs_the_app_on_its_own_topics_with_a_snapshot_location(tmp_path: Path) -> None:
+    config = load_app(demo_app(tmp_path, "x1"))
+    example = load_app(ROOT / APP_YAML)
+    assert config.app_id != example.app_id
+    declared = {name for name in example.topics if name != example.dead_letter_topic}  # dead letters: implicit
+    assert set(config.topics) - {config.dead_letter_topic} == {f"{name}-x1" for name in declared}
+    totals = config.processors[1]
+    assert totals.params == {"output_topic": "account-totals-x1", "store": "account-totals"}
+    assert config.snapshots_for(totals.stores["account-totals"]) == SnapshotsConfig(location=tmp_path / "snapshots")
+    assert config.state_dir == tmp_path / "state"
+    assert example.snapshots is None, "make example restores without snapshots"

@@ -26,3 +26,15 @@ def test_elsewhere_nothing_is_drawn() -> None:
     progress.advance(bar, 400)
     progress.finish(bar)
     assert screen.getvalue() == ""
+
+
+def test_snapshot_rows_and_changelog_records_show_as_such() -> None:
+    screen = io.StringIO()
+    progress = RestoreProgress(Console(file=screen, force_terminal=True, width=100))
+    ingest = progress.start("ingesting snapshot totals[3]", 5000, unit="rows")
+    tail = progress.start("restoring totals[3]", 70)
+    progress.finish(ingest)
+    progress.finish(tail)
+    assert "ingesting snapshot totals[3]" in screen.getvalue()
+    assert "rows" in screen.getvalue()
+    assert "records" in screen.getvalue()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from stores.snapshot import (
     write_manifest,
     write_partition_sst,
 )
+from stores.snapshot_location import Snapshot, newest_snapshot
 
 
 def _manifest(**changes: object) -> Manifest:
@@ -90,7 +92,7 @@ def test_sst_ingested_into_rocksdb_equals_the_rows(tmp_path: Path) -> None:
     _snapshot(tmp_path / "snap", rows, offset=42)
     backend = RocksDBBackend(tmp_path / "db")
     try:
-        assert ingest_partition(backend, tmp_path / "snap", 0) == 42
+        assert ingest_partition(backend, tmp_path / "snap", read_manifest(tmp_path / "snap"), 0) == 42
         assert list(backend.items()) == rows
         assert backend.get(b"key-7") == b"value-7"
         assert backend.changelog_offset() == 42
@@ -102,7 +104,7 @@ def test_empty_partition_records_only_the_offset(tmp_path: Path) -> None:
     _snapshot(tmp_path / "snap", [(b"a", b"1")])
     backend = RocksDBBackend(tmp_path / "db")
     try:
-        assert ingest_partition(backend, tmp_path / "snap", 1) == 7
+        assert ingest_partition(backend, tmp_path / "snap", read_manifest(tmp_path / "snap"), 1) == 7
         assert list(backend.items()) == []
         assert backend.changelog_offset() == 7
     finally:
@@ -115,7 +117,7 @@ def test_ingest_refuses_a_store_that_holds_data(tmp_path: Path) -> None:
     try:
         backend.write([(b"old", b"x")], 3)
         with pytest.raises(SnapshotError, match="not empty"):
-            ingest_partition(backend, tmp_path / "snap", 0)
+            ingest_partition(backend, tmp_path / "snap", read_manifest(tmp_path / "snap"), 0)
     finally:
         backend.close()
 
@@ -135,7 +137,7 @@ def test_damaged_or_unlisted_files_are_found(tmp_path: Path) -> None:
     backend = RocksDBBackend(tmp_path / "db")
     try:
         with pytest.raises(SnapshotError, match="checksum"):
-            ingest_partition(backend, root, 0)
+            ingest_partition(backend, root, read_manifest(root), 0)
     finally:
         backend.close()
 
@@ -151,3 +153,16 @@ def test_sst_writer_refuses_unsorted_or_repeated_keys(tmp_path: Path, rows: list
 def test_no_rows_write_no_file(tmp_path: Path) -> None:
     assert write_partition_sst([], tmp_path / "empty.sst") == 0
     assert not (tmp_path / "empty.sst").exists()
+
+
+def test_the_newest_complete_snapshot_of_the_store_is_found(tmp_path: Path) -> None:
+    assert newest_snapshot(tmp_path, "balances") is None
+    store_dir = tmp_path / "balances"
+    older = _manifest(created_at=datetime(2026, 1, 1, tzinfo=UTC))
+    newer = _manifest(created_at=datetime(2026, 3, 1, tzinfo=UTC))
+    write_manifest(store_dir / "b-older", older)
+    write_manifest(store_dir / "a-newer", newer)
+    (store_dir / "c-being-written" / "partition-0").mkdir(parents=True)  # no manifest yet: not complete
+    found = newest_snapshot(tmp_path, "balances")
+    assert found == Snapshot(store_dir / "a-newer", newer)
+    assert newest_snapshot(tmp_path, "other-store") is None

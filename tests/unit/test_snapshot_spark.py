@@ -86,7 +86,7 @@ def test_bootstrap_from_parquet_serves_every_key(spark: Any, tmp_path: Path) -> 
     for partition in range(4):
         backend = RocksDBBackend(tmp_path / f"db-{partition}")
         try:
-            assert ingest_partition(backend, tmp_path / "snap", partition) == 0
+            assert ingest_partition(backend, tmp_path / "snap", read_manifest(tmp_path / "snap"), partition) == 0
             store = KeyValueStore(backend, keys, resolve_serde("msgpack"))
             assert len(list(store.range())) == manifest.row_counts[partition]
             for key in expected:
@@ -122,7 +122,7 @@ def test_cli_bootstrap_with_one_value_column(spark: Any, tmp_path: Path, capsys:
     for partition in range(3):
         backend = RocksDBBackend(tmp_path / f"db-{partition}")
         try:
-            ingest_partition(backend, tmp_path / "snap", partition)
+            ingest_partition(backend, tmp_path / "snap", read_manifest(tmp_path / "snap"), partition)
             values.update({key.decode(): int(value) for key, value in backend.items()})
         finally:
             backend.close()

@@ -1,0 +1,94 @@
+"""The first step of a restore when the store has a snapshot location: load the newest snapshot.
+
+A store that is missing or behind the snapshot (its changelog offset below the manifest's) is
+wiped and loaded from the snapshot's SST file; the changelog restore then replays only the
+records after the manifest's offset. A store at or past the snapshot keeps its data: a snapshot
+never replaces newer state. A snapshot of another app, store, encoding or changelog fails the
+task, as ingesting it would serve wrong bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from aiokafka import TopicPartition
+
+from runtime.counters import Counters
+from runtime.restore_progress import RestoreProgress
+from runtime.state import TaskState, TaskStore
+from stores import RocksDBBackend
+from stores.snapshot import SnapshotError, SnapshotMismatch, ingest_partition, validate
+from stores.snapshot_location import Snapshot, newest_snapshot
+
+log = logging.getLogger(__name__)
+
+
+class SnapshotIngest:
+    """Shared by every task of a worker, as the changelog restorer that calls it is."""
+
+    def __init__(self, counters: Counters, progress: RestoreProgress):
+        self._counters = counters
+        self._progress = progress
+
+    async def ingest_if_behind(
+        self, state: TaskState, entry: TaskStore, tp: TopicPartition, partitions: int, stored: int | None, end: int
+    ) -> int | None:
+        """The store's changelog offset afterwards: the snapshot's when it was loaded, else `stored`."""
+        if entry.snapshots is None:
+            return stored
+        snapshot = newest_snapshot(entry.snapshots.location, entry.name)
+        if snapshot is None:
+            log.info("store %s: no snapshot in %s yet", entry.name, entry.snapshots.location)
+            return stored
+        manifest = snapshot.manifest
+        try:
+            validate(manifest, state.app_id, entry.name, partitions, entry.spec.key_serde, entry.spec.value_serde,
+                     tp.topic)  # fmt: skip
+        except SnapshotMismatch as error:
+            raise SnapshotMismatch(f"store {entry.name}: refusing snapshot {snapshot.directory}: {error}") from None
+        offset = manifest.offset(tp.partition)
+        if offset > end:
+            raise SnapshotMismatch(
+                f"store {entry.name}: refusing snapshot {snapshot.directory}: it covers changelog {tp.topic} "
+                f"partition {tp.partition} up to offset {offset}, but the changelog ends at {end} "
+                "(was the changelog recreated?)"
+            )
+        if stored is not None and stored >= offset:
+            log.info("store %s partition %d is at changelog offset %d, not behind snapshot %s (offset %d): keeping it",
+                     entry.name, tp.partition, stored, snapshot.directory, offset)  # fmt: skip
+            return stored
+        await self._ingest(state, entry, tp.partition, snapshot)
+        return offset
+
+    async def _ingest(self, state: TaskState, entry: TaskStore, partition: int, snapshot: Snapshot) -> None:
+        rows = snapshot.manifest.row_counts.get(partition, 0)
+        offset = snapshot.manifest.offset(partition)
+        log.info("ingesting snapshot %s into store %s partition %d: %d rows up to changelog offset %d",
+                 snapshot.directory, entry.name, partition, rows, offset)  # fmt: skip
+        backend = entry.backend
+        if not isinstance(backend, RocksDBBackend):
+            raise SnapshotError(f"store {entry.name} is not a RocksDB store: snapshots cannot be ingested into it")
+        state.rebuild(entry.name)  # ingesting needs an empty store: deleted keys must not survive
+        bar = self._progress.start(f"ingesting snapshot {entry.name}[{partition}]", rows, unit="rows")
+        started = time.monotonic()
+        try:
+            # Checksums and the ingest read whole files: off the event loop, so other tasks go on.
+            loading = asyncio.ensure_future(
+                asyncio.to_thread(ingest_partition, backend, snapshot.directory, snapshot.manifest, partition)
+            )
+            try:
+                await asyncio.shield(loading)
+            except asyncio.CancelledError:
+                await loading  # a task stopped meanwhile closes its store only after the thread let go of it
+                raise
+            self._progress.advance(bar, rows)
+        finally:
+            self._progress.finish(bar)
+        elapsed = time.monotonic() - started
+        self._counters.snapshot_ingests += 1
+        self._counters.snapshot_rows += rows
+        self._counters.snapshot_seconds += elapsed
+        log.info("ingested snapshot into store %s partition %d: %d rows in %.2fs (%.0f/s)", entry.name, partition,
+                 rows, elapsed, rows / elapsed if elapsed else 0.0)  # fmt: skip

@@ -5,10 +5,12 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import re
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import msgpack
+import orjson
 
 
 @runtime_checkable
@@ -37,11 +39,25 @@ class StrSerde:
 
 
 class JsonSerde:
+    """UTF-8 JSON through orjson (several times faster than the standard library, which matters for
+    JSON-heavy topics such as database change feeds), keeping the standard library's results where
+    orjson would differ: integers beyond 64 bits are kept exact, not turned into floats."""
+
     def serialize(self, obj: Any) -> bytes:
-        return json.dumps(obj, separators=(",", ":")).encode()
+        try:
+            return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
+        except TypeError:  # an integer beyond 64 bits, or a type neither library encodes
+            return _JSON_ENCODER.encode(obj).encode()
 
     def deserialize(self, data: bytes) -> Any:
+        if _LONG_DIGIT_RUN.search(data) is None:
+            return orjson.loads(data)
         return json.loads(data)
+
+
+_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_LONG_DIGIT_RUN = re.compile(rb"[0-9]{20}")
+"""orjson reads an integer of 20 digits or more as a float: such documents take the exact path."""
 
 
 class MsgpackSerde:

@@ -45,7 +45,8 @@ class JsonSerde:
 
     def serialize(self, obj: Any) -> bytes:
         try:
-            return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
+            # Copied: orjson's result keeps its whole write buffer (kilobytes), and stores keep values.
+            return bytes(memoryview(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)))
         except TypeError:  # an integer beyond 64 bits, or a type neither library encodes
             return _JSON_ENCODER.encode(obj).encode()
 

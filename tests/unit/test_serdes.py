@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 import msgpack
+import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -127,6 +128,16 @@ def test_msgpack_serde_reuses_its_packer_safely() -> None:
     assert serde.deserialize(first) == {"a": 1}
     assert serde.deserialize(second) == [1, 2, 3]
     assert serde.serialize({"a": 1}) == first
+
+
+def test_json_values_take_only_their_own_memory() -> None:
+    """A store keeps many small values: none may hold on to a serializer's buffer (orjson's would
+    keep kilobytes each, which `sys.getsizeof` does not show but the process's memory does)."""
+    process = psutil.Process()
+    before = process.memory_info().rss
+    values = [JsonSerde().serialize("ACQ-NORTH") for _ in range(100_000)]
+    assert values[0] == b'"ACQ-NORTH"'
+    assert process.memory_info().rss - before < 50 * 2**20
 
 
 def test_json_keeps_integers_beyond_64_bits_exact() -> None:

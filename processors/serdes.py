@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import importlib
 import json
-import re
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -51,14 +50,16 @@ class JsonSerde:
             return _JSON_ENCODER.encode(obj).encode()
 
     def deserialize(self, data: bytes) -> Any:
-        if _LONG_DIGIT_RUN.search(data) is None:
-            return orjson.loads(data)
-        return json.loads(data)
+        # orjson reads an integer of 20 digits or more as a float: such documents take the exact path.
+        # (Digits mapped to "0", all else to " ", then a substring search: a fraction of a regex's cost.)
+        if _TWENTY_DIGITS in data.translate(_DIGITS_AS_ZEROS):
+            return json.loads(data)
+        return orjson.loads(data)
 
 
 _JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-_LONG_DIGIT_RUN = re.compile(rb"[0-9]{20}")
-"""orjson reads an integer of 20 digits or more as a float: such documents take the exact path."""
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+_TWENTY_DIGITS = b"0" * 20
 
 
 class MsgpackSerde:

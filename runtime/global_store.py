@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import traceback
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,7 @@ class GlobalStore:
         self.applied = 0
         self._store = store
         self._on_failures = on_failures
+        self._failed: list[tuple[Any, BaseException]] = []  # of the batch being applied
         self._updater = spec.updater_instance()
         self._mirrors = type(self._updater).changes is GlobalStoreUpdater.changes
         self._keys = resolve_serde(spec.key_serde)
@@ -93,56 +94,61 @@ class GlobalStore:
     def wipe(self) -> None:
         self._store.wipe()
 
-    async def apply(self, partition: int, records: Iterable[Any], next_offset: int) -> None:
+    async def apply(self, partition: int, records: list[Any], next_offset: int) -> None:
         """Write the changes of `records` (aiokafka consumer records) and `next_offset`, atomically.
 
         A record that fails to decode or update is left out, recorded and handed to `on_failures`
         (which dead-letters it) before the write moves the offset past it.
         """
-        changes: list[Change] = []
-        failed: list[tuple[Any, BaseException]] = []
-        count = 0
-        for raw in records:
-            count += 1
-            try:
-                if self._mirrors:
-                    changes.append(self._mirrored(raw))
-                else:
-                    changes.extend(self._updated(raw))
-            except Exception as error:  # bad data or a failing updater: recorded, the store goes on
-                failed.append((raw, error))
+        changes = self._mirrored(records) if self._mirrors else self._updated(records)
+        failed = self._failed
         if failed:
+            self._failed = []
             self.failure_count += len(failed)
             self.failures.extend(_failure(raw, error) for raw, error in failed)
             await self._on_failures(self, failed)
         self._store.restore(changes, next_offset, source=partition)
-        self.applied += count - len(failed)
+        self.applied += len(records) - len(failed)
 
-    def _mirrored(self, raw: Any) -> Change:
+    def _mirrored(self, records: list[Any]) -> list[Change]:
         """The default update without a round trip through objects: the value bytes are kept as sent,
         once they are known to decode; the key is encoded again, as `get` encodes it."""
-        if raw.key is None:
-            raise ValueError("a record without a key cannot be stored")
-        key = self._keys.serialize(self._keys.deserialize(raw.key))
-        if raw.value is not None:
-            self._values.deserialize(raw.value)
-        return key, raw.value
+        changes: list[Change] = []
+        encode_key, decode_key, decode_value = self._keys.serialize, self._keys.deserialize, self._values.deserialize
+        for raw in records:
+            try:
+                if raw.key is None:
+                    raise ValueError("a record without a key cannot be stored")
+                if raw.value is not None:
+                    decode_value(raw.value)
+                changes.append((encode_key(decode_key(raw.key)), raw.value))
+            except Exception as error:  # bad data: recorded, the store goes on
+                self._failed.append((raw, error))
+        return changes
 
-    def _updated(self, raw: Any) -> list[Change]:
-        record = Record(
-            raw.topic,
-            raw.partition,
-            raw.offset,
-            raw.timestamp,
-            None if raw.key is None else self._keys.deserialize(raw.key),
-            None if raw.value is None else self._values.deserialize(raw.value),
-            tuple(raw.headers),
-        )
+    def _updated(self, records: list[Any]) -> list[Change]:
+        changes: list[Change] = []
+        append, updater_changes = changes.append, self._updater.changes
         encode_key, encode_value = self._keys.serialize, self._values.serialize
-        return [
-            (encode_key(key), None if value is None else encode_value(value))
-            for key, value in self._updater.changes(record)
-        ]
+        decode_key, decode_value = self._keys.deserialize, self._values.deserialize
+        for raw in records:
+            done = len(changes)
+            try:
+                record = Record(
+                    raw.topic,
+                    raw.partition,
+                    raw.offset,
+                    raw.timestamp,
+                    None if raw.key is None else decode_key(raw.key),
+                    None if raw.value is None else decode_value(raw.value),
+                    raw.headers,
+                )
+                for key, value in updater_changes(record):
+                    append((encode_key(key), None if value is None else encode_value(value)))
+            except Exception as error:  # bad data or a failing updater: recorded, the store goes on
+                del changes[done:]  # nothing of a failed record is applied
+                self._failed.append((raw, error))
+        return changes
 
     def close(self) -> None:
         self._store.close()

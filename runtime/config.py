@@ -113,6 +113,7 @@ class GlobalStoreConfig(Strict):
     value_serde: str = "msgpack"
     updater: str | None = None
     errors: Literal["skip", "dead_letter"] = "skip"
+    snapshots: SnapshotsConfig | None = None
 
     _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: _known_serde(name)))
 
@@ -122,6 +123,12 @@ class GlobalStoreConfig(Strict):
         if path is not None:
             _import_subclass(path, GlobalStoreUpdater, "global store updater")
         return path
+
+    @model_validator(mode="after")
+    def _snapshots_need_rocksdb(self) -> GlobalStoreConfig:
+        if self.snapshots is not None and self.backend != "rocksdb":
+            raise ValueError("snapshots are ingested into RocksDB stores only")
+        return self
 
     def updater_instance(self) -> GlobalStoreUpdater:
         if self.updater is None:
@@ -261,9 +268,10 @@ class AppConfig(Strict):
     def changelog_topic(self, store: str) -> str:
         return f"{self.app_id}-{store}-changelog"
 
-    def snapshots_for(self, store: StoreConfig) -> SnapshotsConfig | None:
-        """The store's own setting, else the app's; only RocksDB stores with a changelog take snapshots."""
-        if store.backend != "rocksdb" or not store.changelog:
+    def snapshots_for(self, store: StoreConfig | GlobalStoreConfig) -> SnapshotsConfig | None:
+        """The store's own setting, else the app's; only RocksDB stores with a changelog (a global
+        store's topic is its changelog) take snapshots."""
+        if store.backend != "rocksdb" or (isinstance(store, StoreConfig) and not store.changelog):
             return None
         return store.snapshots or self.snapshots
 

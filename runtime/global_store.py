@@ -14,7 +14,7 @@ from processors.global_updater import GlobalStoreUpdater
 from processors.record import Record
 from processors.serdes import resolve_serde
 from runtime.config import AppConfig, GlobalStoreConfig
-from stores import Change, KeyValueStore, ReadOnlyStore, StoreCorrupted, StoreLocked, open_backend, wipe
+from stores import Backend, Change, KeyValueStore, ReadOnlyStore, StoreCorrupted, StoreLocked, open_backend, wipe
 
 log = logging.getLogger(__name__)
 
@@ -47,31 +47,35 @@ class GlobalStore:
     """Applies records partition by partition, each batch with the partition's next offset in one write."""
 
     def __init__(
-        self, name: str, spec: GlobalStoreConfig, store: KeyValueStore, path: Path | None, on_failures: OnFailures
+        self,
+        name: str,
+        spec: GlobalStoreConfig,
+        backend: Backend,
+        path: Path | None,
+        on_failures: OnFailures,
     ):
         self.name = name
         self.spec = spec
         self.path = path
+        self.backend = backend
         self.failures: deque[ApplyFailure] = deque(maxlen=KEPT_FAILURES)
         self.failure_count = 0
         self.applied = 0
-        self._store = store
+        self._keys = resolve_serde(spec.key_serde)
+        self._values = resolve_serde(spec.value_serde)
+        self._store = KeyValueStore(backend, self._keys, self._values, name=name)
         self._on_failures = on_failures
         self._failed: list[tuple[Any, BaseException]] = []  # of the batch being applied
         self._updater = spec.updater_instance()
         self._mirrors = type(self._updater).changes is GlobalStoreUpdater.changes
-        self._keys = resolve_serde(spec.key_serde)
-        self._values = resolve_serde(spec.value_serde)
-        self.view = ReadOnlyStore(store)
+        self.view = ReadOnlyStore(self._store)
 
     @classmethod
     def open(cls, config: AppConfig, name: str, on_failures: OnFailures) -> GlobalStore:
         """Open (or create) the store; a damaged RocksDB copy is wiped and read again from the topic."""
         spec = config.global_stores[name]
-        keys, values = resolve_serde(spec.key_serde), resolve_serde(spec.value_serde)
         if spec.backend == "memory":
-            store = KeyValueStore(open_backend("memory"), keys, values, name=name)
-            return cls(name, spec, store, None, on_failures)
+            return cls(name, spec, open_backend("memory"), None, on_failures)
         root = config.state_dir / config.app_id / "global" / name
         for copy in range(MAX_COPIES):
             path = root / str(copy)
@@ -84,7 +88,7 @@ class GlobalStore:
                             name, path, error)  # fmt: skip
                 wipe(path)
                 backend = open_backend("rocksdb", path)
-            return cls(name, spec, KeyValueStore(backend, keys, values, name=name), path, on_failures)
+            return cls(name, spec, backend, path, on_failures)
         raise StoreLocked(f"global store {name}: all {MAX_COPIES} copies under {root} are in use")
 
     def next_offset(self, partition: int) -> int | None:

@@ -9,6 +9,7 @@ where it stopped, and a store claiming offsets the topic does not have is read a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import defaultdict
@@ -23,7 +24,9 @@ from runtime.counters import Counters
 from runtime.failures import FailureHandler, Stage
 from runtime.global_store import GlobalStore
 from runtime.outputs import Outputs
-from stores import ReadOnlyStore
+from stores import ReadOnlyStore, RocksDBBackend
+from stores.snapshot import SnapshotError, SnapshotMismatch, ingest_whole, validate
+from stores.snapshot_location import newest_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +93,8 @@ class GlobalStores:
         beginnings = await consumer.beginning_offsets(tps)
         self._ends = await consumer.end_offsets(tps)
         self._discard_impossible(beginnings)
+        for store in self._stores.values():
+            await self._load_snapshot(store, partition_counts[store.spec.topic])
         for tp in tps:
             stored = [store.next_offset(tp.partition) for store in self._readers[tp]]
             start = min((offset if offset is not None else beginnings[tp]) for offset in stored)
@@ -140,6 +145,47 @@ class GlobalStores:
                                 store.name, offset, tp.topic, tp.partition, beginnings[tp], self._ends[tp])  # fmt: skip
                     store.wipe()
                     break
+
+    async def _load_snapshot(self, store: GlobalStore, partitions: int) -> None:
+        """A store missing or behind the newest snapshot (a Spark job's, e.g. from a database dump) is
+        loaded from it, so only the topic's records after the snapshot's offsets are read."""
+        settings = self._config.snapshots_for(store.spec)
+        if settings is None:
+            return
+        snapshot = newest_snapshot(settings.location, store.name)
+        if snapshot is None:
+            log.info("global store %s: no snapshot in %s yet", store.name, settings.location)
+            return
+        manifest, topic = snapshot.manifest, store.spec.topic
+        try:
+            validate(manifest, self._config.app_id, store.name, partitions, store.spec.key_serde,
+                     store.spec.value_serde, topic)  # fmt: skip
+            for partition in range(partitions):
+                end = self._ends[TopicPartition(topic, partition)]
+                if manifest.offset(partition) > end:
+                    raise SnapshotMismatch(f"it covers {topic}[{partition}] up to offset {manifest.offset(partition)}, "
+                                           f"but the topic ends at {end} (was the topic recreated?)")  # fmt: skip
+        except SnapshotMismatch as error:
+            raise SnapshotMismatch(
+                f"global store {store.name}: refusing snapshot {snapshot.directory}: {error}"
+            ) from None
+        stored = [store.next_offset(partition) for partition in range(partitions)]
+        if all(offset is not None and offset >= manifest.offset(p) for p, offset in enumerate(stored)):
+            log.info("global store %s is not behind snapshot %s: keeping it", store.name, snapshot.directory)
+            return
+        if not isinstance(store.backend, RocksDBBackend):
+            raise SnapshotError(f"global store {store.name} is not a RocksDB store: snapshots cannot be ingested")
+        rows = sum(manifest.row_counts.values())
+        log.info("ingesting snapshot %s into global store %s: %d rows", snapshot.directory, store.name, rows)
+        started = time.monotonic()
+        store.wipe()
+        await asyncio.to_thread(ingest_whole, store.backend, snapshot.directory, manifest)
+        elapsed = time.monotonic() - started
+        self._counters.snapshot_ingests += 1
+        self._counters.snapshot_rows += rows
+        self._counters.snapshot_seconds += elapsed
+        log.info("ingested snapshot into global store %s: %d rows in %.2fs, reading %s from offsets %s",
+                 store.name, rows, elapsed, topic, dict(manifest.changelog_offsets))  # fmt: skip
 
     async def _poll(self, timeout_ms: int) -> None:
         consumer = self._consumer

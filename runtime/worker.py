@@ -26,6 +26,7 @@ from runtime.state import TaskState
 from runtime.task import Task, TaskFenced, TaskId, TaskServices, build_task
 from runtime.topics import ensure_topics
 from runtime.transactions import ExactlyOnce
+from stores import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,10 @@ class Worker:
         }
         self.global_stores = GlobalStores(config, self._clients, self.counters)
         try:
-            await self.global_stores.bootstrap(partition_counts)
+            try:
+                await self.global_stores.bootstrap(partition_counts)
+            except StoreError as error:  # a refused snapshot, a store in use: the message says it all
+                raise WorkerFailed(str(error)) from error
             self._follower = asyncio.create_task(self.global_stores.follow(), name="global stores")
             try:
                 await self._run_clients(partition_counts)

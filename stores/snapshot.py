@@ -158,25 +158,48 @@ def ingest_partition(
     """Loads one partition's SST files into an empty store; returns the changelog offset to resume from.
 
     The store must be empty (wipe it first): keys deleted since the snapshot would otherwise survive.
-    Checksums are verified before anything is loaded. Takes a backend, not a task, so any store
-    (a task's or one shared by all tasks) can be loaded this way.
+    Checksums are verified before anything is loaded.
     """
     if not 0 <= partition < manifest.partitions:
         raise SnapshotError(f"snapshot {snapshot_dir} has {manifest.partitions} partitions, no partition {partition}")
-    if next(iter(backend.items()), None) is not None:
-        raise SnapshotError(f"not ingesting snapshot {snapshot_dir} partition {partition}: the store is not empty")
-    files = partition_files(snapshot_dir, manifest, partition)
-    root = Path(snapshot_dir)
-    for path in files:
-        name = path.relative_to(root).as_posix()
-        if sha256_file(path) != manifest.checksums[name]:
-            raise SnapshotError(f"snapshot {root}: {name} does not match its checksum")
+    _require_empty(backend, snapshot_dir)
+    files = _checked_files(snapshot_dir, manifest, [partition])
     offset = manifest.offset(partition)
     if files:
         backend.ingest(files, offset)
     else:
         backend.write((), offset)
     return offset
+
+
+def ingest_whole(backend: RocksDBBackend, snapshot_dir: str | os.PathLike[str], manifest: Manifest) -> dict[int, int]:
+    """Loads every partition into one empty store (a global store holds them all) and records each
+    partition's offset under its own source; returns {partition: offset to resume from}."""
+    _require_empty(backend, snapshot_dir)
+    partitions = range(manifest.partitions)
+    files = {partition: _checked_files(snapshot_dir, manifest, [partition]) for partition in partitions}
+    for partition in partitions:  # one ingest per partition: their key ranges overlap, their keys do not
+        if files[partition]:
+            backend.ingest(files[partition], None)
+    offsets = {partition: manifest.offset(partition) for partition in partitions}
+    for partition, offset in offsets.items():  # after the data: a crash in between reads the topic again
+        backend.write((), offset, source=partition)
+    return offsets
+
+
+def _require_empty(backend: RocksDBBackend, snapshot_dir: str | os.PathLike[str]) -> None:
+    if next(iter(backend.items()), None) is not None:
+        raise SnapshotError(f"not ingesting snapshot {snapshot_dir}: the store is not empty")
+
+
+def _checked_files(snapshot_dir: str | os.PathLike[str], manifest: Manifest, partitions: Iterable[int]) -> list[Path]:
+    root = Path(snapshot_dir)
+    files = [path for partition in partitions for path in partition_files(snapshot_dir, manifest, partition)]
+    for path in files:
+        name = path.relative_to(root).as_posix()
+        if sha256_file(path) != manifest.checksums[name]:
+            raise SnapshotError(f"snapshot {root}: {name} does not match its checksum")
+    return files
 
 
 def sst_options() -> Options:

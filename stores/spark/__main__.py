@@ -41,6 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     boot.add_argument(
         "--option", action="append", default=[], help="reader option NAME=VALUE (jdbc: dbtable=..., user=...)"
     )
+    boot.add_argument(
+        "--topic-offsets",
+        metavar="TOPIC",
+        help="a global store's topic, fed from the same data: its end offsets, taken before the source is "
+        "read, go into the manifest, so the runtime reads only what came after (needs --bootstrap-servers)",
+    )
+    boot.add_argument("--bootstrap-servers", help="Kafka, for --topic-offsets")
     _common(boot)
 
     snap = commands.add_parser("snapshot", help="build a store snapshot from its changelog topic")
@@ -65,6 +72,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "bootstrap":
             from stores.spark.bootstrap import bootstrap, read_source
 
+            topic_offsets = None
+            if args.topic_offsets:
+                if not args.bootstrap_servers:
+                    raise ValueError("--topic-offsets needs --bootstrap-servers")
+                from stores.spark.snapshot import changelog_end_offsets
+
+                # Before the source is read: the data then holds at least what the topic held.
+                topic_offsets = (args.topic_offsets, changelog_end_offsets(args.bootstrap_servers, args.topic_offsets))
+                if len(topic_offsets[1]) != args.partitions:
+                    raise ValueError(f"topic {args.topic_offsets} has {len(topic_offsets[1])} partitions, "
+                                     f"expected --partitions {args.partitions}")  # fmt: skip
             spark = spark_session(f"bootstrap {args.app}/{args.store}", args.master)
             try:
                 frame = read_source(spark, args.source, args.path, _options(args.option))
@@ -79,12 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     key_serde=args.key_serde,
                     value_serde=args.value_serde,
                     out=args.out,
+                    topic_offsets=topic_offsets,
                 )
             finally:
                 spark.stop()
+            covers = f", covering {args.topic_offsets} up to {topic_offsets[1]}" if topic_offsets else ""
             print(
                 f"bootstrap {args.app}/{args.store}: {boot.rows_read} rows read, "
-                f"{boot.rows_written} rows written to {args.out}"
+                f"{boot.rows_written} rows written to {args.out}{covers}"
             )
         else:
             from stores.spark.snapshot import snapshot

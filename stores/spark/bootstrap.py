@@ -1,7 +1,8 @@
 """Bootstrap a store from bulk data: read with Spark, encode with the store's serdes, write SSTs + manifest.
 
 The changelog is not seeded, so the manifest records no changelog offsets: a runtime ingesting the
-snapshot replays its (empty) changelog from the start.
+snapshot replays its (empty) changelog from the start. For a global store whose topic is fed from
+the same database, the topic's end offsets taken before the read go into the manifest instead.
 """
 
 from __future__ import annotations
@@ -67,8 +68,14 @@ def bootstrap(
     key_serde: str,
     value_serde: str,
     out: str | os.PathLike[str],
+    topic_offsets: tuple[str, dict[int, int]] | None = None,
 ) -> BootstrapResult:
-    """`value_columns=None` stores every non-key column, as a dict. A repeated key fails the job."""
+    """`value_columns=None` stores every non-key column, as a dict. A repeated key fails the job.
+
+    `topic_offsets`, a topic and its end offsets taken before the source was read, says the data
+    holds everything that topic held then (a global store's topic, fed from the same database):
+    the manifest records them, so the runtime reads only the topic's records after them.
+    """
     out_dir = Path(out)
     if (out_dir / "manifest.json").exists() or (out_dir.exists() and any(out_dir.iterdir())):
         raise SnapshotError(f"output directory {out_dir} is not empty")
@@ -103,5 +110,7 @@ def bootstrap(
         partitions=partitions,
         key_serde=key_serde,
         value_serde=value_serde,
+        changelog_topic=topic_offsets[0] if topic_offsets else None,
+        changelog_offsets=topic_offsets[1] if topic_offsets else None,
     )
     return BootstrapResult(rows_read=rows_read.value, rows_written=sum(manifest.row_counts.values()), manifest=manifest)

@@ -12,7 +12,8 @@ import pytest
 
 from examples.acquirers.terminals import table_row
 from runtime.config import AppConfig, parse_app
-from runtime.worker import Worker
+from runtime.worker import Worker, WorkerFailed
+from stores.snapshot import finish_snapshot
 from tests.conftest import TopicNamer
 from tests.kafka_helpers import create_topic, produce, read_topic
 
@@ -45,14 +46,19 @@ class Names:
         self.north, self.south, self.unrouted = topic_name("north"), topic_name("south"), topic_name("unrouted")
 
 
-def router_app(names: Names, state_dir: Path, backend: str = "rocksdb") -> AppConfig:
+def router_app(names: Names, state_dir: Path, backend: str = "rocksdb", snapshots: Path | None = None) -> AppConfig:
     json_topic = {"partitions": 3, "key_serde": "str", "value_serde": "json"}
+    global_store: dict[str, Any] = {
+        "topic": names.table, "backend": backend, "key_serde": "str", "value_serde": "json",
+        "updater": "examples.acquirers.terminals:ActiveTerminals", "errors": "dead_letter",
+    }  # fmt: skip
+    if snapshots is not None:
+        global_store["snapshots"] = {"location": str(snapshots)}
     return parse_app({
         "app_id": names.app,
         "topics": {names.table: {**json_topic, "cleanup_policy": "compact"}, names.payments: json_topic,
                    names.north: json_topic, names.south: json_topic, names.unrouted: json_topic},
-        "global_stores": {STORE: {"topic": names.table, "backend": backend, "key_serde": "str", "value_serde": "json",
-                                  "updater": "examples.acquirers.terminals:ActiveTerminals", "errors": "dead_letter"}},
+        "global_stores": {STORE: global_store},
         "processors": [{
             "name": "route", "class": "examples.acquirers.routing:RouteByAcquirer", "inputs": [names.payments],
             "outputs": [names.north, names.south, names.unrouted],
@@ -217,3 +223,16 @@ async def test_each_worker_holds_the_whole_table(kafka_bootstrap: str, topic_nam
     assert await read_topic(kafka_bootstrap, names.unrouted) == []
     routed = await read_topic(kafka_bootstrap, names.north) + await read_topic(kafka_bootstrap, names.south)
     assert len(routed) == len(range(0, 1_000, 3))
+
+
+async def test_a_snapshot_of_another_app_is_refused(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    names = Names(topic_name)
+    await prepare(kafka_bootstrap, names)
+    snapshots = tmp_path / "snapshots"
+    finish_snapshot(snapshots / STORE / "dump", [], app="someone-else", store=STORE, partitions=3, key_serde="str",
+                    value_serde="json", changelog_topic=names.table)  # fmt: skip
+    worker = Worker(router_app(names, tmp_path / "state", snapshots=snapshots), kafka_bootstrap, until_caught_up=True)
+    with pytest.raises(WorkerFailed, match=r"global store terminal-acquirer: refusing snapshot .* app='someone-else'"):
+        await worker.run()

@@ -11,6 +11,9 @@ import anyio
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from processors.serdes import JsonSerde, StrSerde
+from runtime.worker import Worker
+from stores import KeyValueStore, ReadOnlyStore
 from stores.rocksdb import RocksDBBackend
 from stores.snapshot import ingest_partition, read_manifest, validate, verify_checksums
 from stores.spark.__main__ import main
@@ -28,6 +31,8 @@ from tests.integration.snapshots import (
     snapshot_app,
     store_contents,
 )
+from tests.integration.test_global_stores import STORE as GLOBAL_STORE
+from tests.integration.test_global_stores import Names, acquirer_of, prepare, router_app, rows
 from tests.kafka_helpers import create_topic, produce, read_topic
 
 PARTITIONS = 3
@@ -174,3 +179,44 @@ def test_runtime_restores_from_the_spark_snapshot_plus_the_changelog_tail(
     restored = store_contents(tmp_path / "fast", app_id)
     assert restored == store_contents(tmp_path / "full", app_id)
     assert restored == {p: (sorted(expected[p].items()), ends[p]) for p in range(STORE_PARTITIONS)}
+
+
+def test_a_global_store_starts_from_a_database_dump_and_reads_only_newer_rows(
+    spark: Any, kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    """Seed 000 with a big table: Spark turns the database's dump into the store, and the worker reads
+    only the topic's rows written after the offsets the dump covers."""
+    names = Names(topic_name)
+    anyio.run(prepare, kafka_bootstrap, names)
+    anyio.run(produce, kafka_bootstrap, names.table, rows(2_000) + rows(100, active=False))
+    dump = tmp_path / "terminal_acquirer.csv"  # COPY (SELECT ... WHERE is_active) TO ... WITH CSV HEADER
+    dump.write_text("terminalId,acquirerId\n" + "".join(f"T{n:06d},{acquirer_of(n)}\n" for n in range(100, 2_000)))
+    snapshots = tmp_path / "snapshots"
+    code = main([
+        "bootstrap", "--source", "csv", "--path", str(dump), "--key-column", "terminalId",
+        "--value-column", "acquirerId", "--app", names.app, "--store", GLOBAL_STORE, "--partitions", "3",
+        "--key-serde", "str", "--value-serde", "json", "--out", str(snapshots / GLOBAL_STORE / "dump-1"),
+        "--master", "local[2]", "--topic-offsets", names.table, "--bootstrap-servers", kafka_bootstrap,
+    ])  # fmt: skip
+    assert code == 0
+    # After the dump: 10 terminals move to the other acquirer, 10 are deactivated, 10 are new.
+    changes = [
+        *rows(10, start=200, acquirer=lambda n: acquirer_of(n + 1)),
+        *rows(10, start=300, active=False),
+        *rows(10, start=5_000),
+    ]
+    anyio.run(produce, kafka_bootstrap, names.table, changes)
+
+    worker = Worker(router_app(names, tmp_path / "state", snapshots=snapshots), kafka_bootstrap, until_caught_up=True)
+    anyio.run(worker.run)
+
+    assert worker.counters.snapshot_rows == 1_900
+    assert worker.counters.global_records == len(changes)  # not the 2,100 rows before the dump
+    expected = {f"T{n:06d}": acquirer_of(n) for n in range(100, 2_000)}
+    expected.update({f"T{n:06d}": acquirer_of(n + 1) for n in range(200, 210)})
+    expected.update({f"T{n:06d}": acquirer_of(n) for n in range(5_000, 5_010)})
+    for n in range(300, 310):
+        del expected[f"T{n:06d}"]
+    view = ReadOnlyStore(KeyValueStore(RocksDBBackend(tmp_path / "state" / names.app / "global" / GLOBAL_STORE / "0"),
+                                       StrSerde(), JsonSerde()))  # fmt: skip
+    assert dict(view.range()) == expected

@@ -47,7 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a global store's topic, fed from the same data: its end offsets, taken before the source is "
         "read, go into the manifest, so the runtime reads only what came after (needs --bootstrap-servers)",
     )
-    boot.add_argument("--bootstrap-servers", help="Kafka, for --topic-offsets")
+    boot.add_argument(
+        "--seed-changelog",
+        metavar="TOPIC",
+        help="also write the rows into the store's changelog (created if missing; must be empty), so the "
+        "changelog stays the full truth (needs --bootstrap-servers)",
+    )
+    boot.add_argument("--bootstrap-servers", help="Kafka, for --topic-offsets and --seed-changelog")
     _common(boot)
 
     snap = commands.add_parser("snapshot", help="build a store snapshot from its changelog topic")
@@ -73,9 +79,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from stores.spark.bootstrap import bootstrap, read_source
 
             topic_offsets = None
+            if (args.topic_offsets or args.seed_changelog) and not args.bootstrap_servers:
+                raise ValueError("--topic-offsets and --seed-changelog need --bootstrap-servers")
+            if args.topic_offsets and args.seed_changelog:
+                raise ValueError("--topic-offsets and --seed-changelog exclude each other")
+            seed = (args.bootstrap_servers, args.seed_changelog) if args.seed_changelog else None
             if args.topic_offsets:
-                if not args.bootstrap_servers:
-                    raise ValueError("--topic-offsets needs --bootstrap-servers")
                 from stores.spark.snapshot import changelog_end_offsets
 
                 # Before the source is read: the data then holds at least what the topic held.
@@ -83,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if len(topic_offsets[1]) != args.partitions:
                     raise ValueError(f"topic {args.topic_offsets} has {len(topic_offsets[1])} partitions, "
                                      f"expected --partitions {args.partitions}")  # fmt: skip
-            spark = spark_session(f"bootstrap {args.app}/{args.store}", args.master)
+            spark = spark_session(f"bootstrap {args.app}/{args.store}", args.master, kafka=seed is not None)
             try:
                 frame = read_source(spark, args.source, args.path, _options(args.option))
                 boot = bootstrap(
@@ -98,10 +107,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     value_serde=args.value_serde,
                     out=args.out,
                     topic_offsets=topic_offsets,
+                    seed=seed,
                 )
             finally:
                 spark.stop()
-            covers = f", covering {args.topic_offsets} up to {topic_offsets[1]}" if topic_offsets else ""
+            manifest = boot.manifest
+            covers = (
+                f", covering {manifest.changelog_topic} up to {manifest.changelog_offsets}"
+                if manifest.changelog_topic
+                else ""
+            )
             print(
                 f"bootstrap {args.app}/{args.store}: {boot.rows_read} rows read, "
                 f"{boot.rows_written} rows written to {args.out}{covers}"

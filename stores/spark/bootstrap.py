@@ -7,6 +7,7 @@ the same database, the topic's end offsets taken before the read go into the man
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import shutil
@@ -15,9 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
 from processors.serdes import resolve_serde
 from stores.snapshot import Manifest, SnapshotError, finish_snapshot
 from stores.spark.partitioning import KeyValue, place_and_sort, write_ssts
+from stores.spark.snapshot import changelog_end_offsets
 
 SOURCES = ("parquet", "csv", "json", "jdbc")
 
@@ -69,12 +73,17 @@ def bootstrap(
     value_serde: str,
     out: str | os.PathLike[str],
     topic_offsets: tuple[str, dict[int, int]] | None = None,
+    seed: tuple[str, str] | None = None,
 ) -> BootstrapResult:
     """`value_columns=None` stores every non-key column, as a dict. A repeated key fails the job.
 
     `topic_offsets`, a topic and its end offsets taken before the source was read, says the data
     holds everything that topic held then (a global store's topic, fed from the same database):
     the manifest records them, so the runtime reads only the topic's records after them.
+
+    `seed`, (bootstrap servers, changelog topic), also writes the rows into the store's changelog,
+    which must be empty, so the changelog stays the full truth (a later changelog snapshot, or a
+    restore without snapshots, then has every bootstrapped key); the manifest covers those records.
     """
     out_dir = Path(out)
     if (out_dir / "manifest.json").exists() or (out_dir.exists() and any(out_dir.iterdir())):
@@ -97,8 +106,14 @@ def bootstrap(
     )
     pairs = frame.select(*key_columns, *values).rdd.mapPartitions(counted).mapPartitions(encode)
     out_dir.mkdir(parents=True, exist_ok=True)
+    placed = place_and_sort(pairs, partitions)
+    if seed is not None:
+        empty_changelog(*seed, partitions)
+        placed = placed.cache()  # written twice: SSTs and changelog
     try:
-        written = write_ssts(place_and_sort(pairs, partitions), out_dir)
+        written = write_ssts(placed, out_dir)
+        if seed is not None:
+            topic_offsets = (seed[1], seed_changelog(spark, placed, *seed))
     except Exception:
         shutil.rmtree(out_dir, ignore_errors=True)
         raise
@@ -114,3 +129,44 @@ def bootstrap(
         changelog_offsets=topic_offsets[1] if topic_offsets else None,
     )
     return BootstrapResult(rows_read=rows_read.value, rows_written=sum(manifest.row_counts.values()), manifest=manifest)
+
+
+def empty_changelog(bootstrap_servers: str, topic: str, partitions: int) -> None:
+    """Creates the changelog (compacted) if missing; refuses one with records: the snapshot's offsets
+    would claim them, and their keys are not in the bulk data."""
+    asyncio.run(_ensure_topic(bootstrap_servers, topic, partitions))
+    ends = changelog_end_offsets(bootstrap_servers, topic)
+    if len(ends) != partitions:
+        raise SnapshotError(f"changelog {topic} has {len(ends)} partitions, expected {partitions}")
+    if any(ends.values()):
+        raise SnapshotError(f"changelog {topic} already has records (end offsets {ends}): seed only an empty one")
+
+
+def seed_changelog(spark: Any, placed: Any, bootstrap_servers: str, topic: str) -> dict[int, int]:
+    """Each row into its partition of the changelog (Spark's Kafka sink); the end offsets after them."""
+    rows = placed.mapPartitionsWithIndex(_with_partition)
+    frame = spark.createDataFrame(rows, "partition INT, key BINARY, value BINARY")
+    frame.write.format("kafka").option("kafka.bootstrap.servers", bootstrap_servers).option("topic", topic).save()
+    return changelog_end_offsets(bootstrap_servers, topic)
+
+
+def _with_partition(index: int, pairs: Iterator[KeyValue]) -> Iterator[tuple[int, bytes, bytes]]:
+    for key, value in pairs:
+        yield index, bytes(key), bytes(value)
+
+
+async def _ensure_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    await admin.start()
+    try:
+        described: list[dict[str, Any]] = await admin.describe_topics([topic])
+        if any(entry["topic"] == topic and entry["error_code"] == 0 for entry in described):
+            return
+        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs={"cleanup.policy": "compact"})])
+        for _ in range(100):  # until its partitions have leaders
+            described = await admin.describe_topics([topic])
+            if any(entry["error_code"] == 0 and len(entry["partitions"]) == partitions for entry in described):
+                return
+            await asyncio.sleep(0.1)
+    finally:
+        await admin.close()

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgpack
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from processors.partitioner import partition_for
 from processors.serdes import JsonSerde, StrSerde
 from runtime.worker import Worker
 from stores import KeyValueStore, ReadOnlyStore
@@ -220,3 +222,32 @@ def test_a_global_store_starts_from_a_database_dump_and_reads_only_newer_rows(
     view = ReadOnlyStore(KeyValueStore(RocksDBBackend(tmp_path / "state" / names.app / "global" / GLOBAL_STORE / "0"),
                                        StrSerde(), JsonSerde()))  # fmt: skip
     assert dict(view.range()) == expected
+
+
+def test_bootstrap_can_seed_the_changelog(
+    spark: Any, kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    """The rows also go into the store's changelog, each to the partition its key belongs to, and the
+    manifest covers them: the changelog stays the full truth."""
+    changelog = topic_name("totals-changelog")
+    source = tmp_path / "opening.csv"
+    source.write_text("account,total\n" + "".join(f"acc-{n},{n * 10}\n" for n in range(500)))
+    arguments = [
+        "bootstrap", "--source", "csv", "--path", str(source), "--key-column", "account", "--value-column", "total",
+        "--app", "bank", "--store", "totals", "--partitions", "3", "--key-serde", "str", "--value-serde", "msgpack",
+        "--master", "local[2]", "--seed-changelog", changelog, "--bootstrap-servers", kafka_bootstrap,
+    ]  # fmt: skip
+    assert main([*arguments, "--out", str(tmp_path / "first")]) == 0
+
+    records = anyio.run(read_topic, kafka_bootstrap, changelog)
+    assert sorted((r.key, r.value) for r in records) == sorted(
+        (f"acc-{n}".encode(), msgpack.packb(n * 10)) for n in range(500)
+    )
+    assert all(r.partition == partition_for(r.key, 3) for r in records if r.key is not None)
+    manifest = read_manifest(tmp_path / "first")
+    assert manifest.changelog_topic == changelog
+    assert manifest.changelog_offsets == {p: sum(1 for r in records if r.partition == p) for p in range(3)}
+    assert manifest.row_counts == manifest.changelog_offsets
+
+    # A changelog with records is not seeded again: the snapshot would claim records it does not hold.
+    assert main([*arguments, "--out", str(tmp_path / "second")]) == 1

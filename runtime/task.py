@@ -21,6 +21,7 @@ from runtime.failures import FailureHandler, Stage
 from runtime.outputs import Outputs
 from runtime.state import TaskState
 from runtime.task_context import TaskContext, TopicSerdes
+from runtime.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class TaskServices:
     on_dequeue: Callable[[Task], None]
     restore: Callable[[TaskState], Awaitable[None]]
     on_ready: Callable[[Task], Awaitable[None]]
+    telemetry: Telemetry
 
 
 class Task:
@@ -205,6 +207,10 @@ class Task:
             if not records:
                 return
         await self._services.hooks.before_batch(self, tp, records)
+        telemetry = self._services.telemetry
+        if telemetry.tracer.enabled or telemetry.metrics.enabled:
+            await self._process_batch_observed(tp, records)
+            return
         key_serde, value_serde = self._services.serdes[tp.topic]
         decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
         process, context, counters = self._processor.process, self._context, self._services.counters
@@ -243,6 +249,54 @@ class Task:
                     # A commit can run while this batch awaits: an offset may only advance together
                     # with the outputs of the records before it.
                     self._release_outputs()
+                self.next_offsets[tp] = raw.offset + 1
+        finally:
+            self._release_outputs()
+
+    async def _process_batch_observed(self, tp: TopicPartition, records: list[Any]) -> None:
+        """`_process_batch`'s loop with a span around each record and its processing time measured."""
+        key_serde, value_serde = self._services.serdes[tp.topic]
+        decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
+        process, context, counters = self._processor.process, self._context, self._services.counters
+        failures, name = self._services.failures, self.id.processor
+        start_span, metrics = self._services.telemetry.tracer.start_process_span, self._services.telemetry.metrics
+        timed = metrics.enabled
+        pending = context.pending
+        try:
+            for raw in records:
+                if self._stopping:
+                    return
+                try:
+                    record = Record(
+                        raw.topic,
+                        raw.partition,
+                        raw.offset,
+                        raw.timestamp,
+                        None if raw.key is None else decode_key(raw.key),
+                        None if raw.value is None else decode_value(raw.value),
+                        tuple(raw.headers),
+                    )
+                except Exception as error:  # any decoding error goes to the policy
+                    failures.handle(Stage.DESERIALIZATION, name, raw, error, self.outputs)
+                    self.next_offsets[tp] = raw.offset + 1
+                    continue
+                released = len(pending)
+                started = time.perf_counter() if timed else 0.0
+                try:
+                    with start_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers, None, pending):
+                        if self._is_async:
+                            await process(record, context)  # type: ignore[misc]
+                        else:
+                            process(record, context)
+                except Exception as error:  # any processor error goes to the policy
+                    del pending[released:]  # nothing of a failed record escapes
+                    failures.handle(Stage.PROCESSING, name, raw, error, self.outputs)
+                else:
+                    counters.processed += 1
+                if timed:
+                    metrics.record_processing((time.perf_counter() - started) * 1000, name)
+                if self._is_async:
+                    self._release_outputs()  # see _process_batch
                 self.next_offsets[tp] = raw.offset + 1
         finally:
             self._release_outputs()

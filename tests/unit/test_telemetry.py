@@ -12,8 +12,9 @@ from opentelemetry import baggage, trace
 from opentelemetry import context as context_api
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.trace import SpanKind, StatusCode
 from pydantic import ValidationError
 
@@ -239,6 +240,56 @@ def test_sampling_ratio_zero_records_no_new_trace_but_follows_a_sampled_parent(s
         with telemetry.tracer.start_process_span("orders", 0, 2, None, headers):
             pass
         assert len(spans.get_finished_spans()) == 1
+    finally:
+        telemetry.shutdown()
+
+
+def test_dropped_records_skip_the_sdk_and_pass_an_unsampled_context_on(spans: InMemorySpanExporter) -> None:
+    config = TelemetryConfig.model_validate({"sampling_ratio": 0.0})
+    telemetry = Telemetry(config, "app", span_exporter=spans)
+    user_spans = InMemorySpanExporter()
+    assert telemetry.tracer_provider is not None
+    telemetry.tracer_provider.add_span_processor(SimpleSpanProcessor(user_spans))
+    user_tracer = telemetry.tracer_provider.get_tracer("user")
+    try:
+        outputs: list[PendingOutput] = []
+        copied = [("traceparent", b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01")]  # stale: copied from elsewhere
+        with telemetry.tracer.start_process_span("orders", 0, 1, None, [], outputs=outputs) as span:
+            assert span is not None and not span.is_recording()
+            with user_tracer.start_as_current_span("lookup") as user_span:
+                assert not user_span.is_recording()  # a child of the dropped span: dropped too
+                assert user_span.get_span_context().trace_id == span.get_span_context().trace_id
+            outputs.append(("out", None, b"v", copied))
+        (header,) = outputs[0][3]
+        context = span.get_span_context()
+        assert header == ("traceparent", f"00-{context.trace_id:032x}-{context.span_id:016x}-00".encode())
+
+        # A record whose parent was not sampled passes that parent's context on as it came.
+        unsampled = [("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-00"), ("tracestate", b"k=v")]
+        outputs.clear()
+        with telemetry.tracer.start_process_span("orders", 0, 2, None, unsampled, outputs=outputs) as span:
+            assert span is not None and span.get_span_context().trace_id == int("a" * 32, 16)
+            outputs.append(("out", None, b"v", ()))
+        assert list(outputs[0][3]) == unsampled
+        assert spans.get_finished_spans() == () and user_spans.get_finished_spans() == ()
+    finally:
+        telemetry.shutdown()
+
+
+def test_the_ratio_samples_that_share_of_new_traces_with_the_trace_id_it_decided_on(
+    spans: InMemorySpanExporter,
+) -> None:
+    config = TelemetryConfig.model_validate({"sampling_ratio": 0.25})
+    telemetry = Telemetry(config, "app", span_exporter=spans)
+    try:
+        for offset in range(4000):
+            with telemetry.tracer.start_process_span("orders", 0, offset, None, []):
+                pass
+        sampled = spans.get_finished_spans()
+        assert 800 < len(sampled) < 1200
+        bound = TraceIdRatioBased.get_bound_for_rate(0.25)
+        for span in sampled:
+            assert span.context is not None and span.context.trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < bound
     finally:
         telemetry.shutdown()
 

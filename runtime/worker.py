@@ -43,8 +43,9 @@ class Worker:
     """Runs every task assigned to this process until stopped, caught up, or failed.
 
     `telemetry` defaults to what the app's `telemetry:` section asks for, installed as the process's
-    global providers so that processors' own spans are exported too. The worker shuts it down when it
-    stops; it stays reachable as `worker.telemetry` for the parts of the engine that report to it.
+    global providers so that processors' own spans are exported too; the worker shuts that one down
+    when it stops (a telemetry passed in is the caller's to shut down). It is `worker.telemetry` for
+    the parts of the engine that report to it.
     """
 
     def __init__(
@@ -55,6 +56,7 @@ class Worker:
         telemetry: Telemetry | None = None,
     ):
         self.config = config
+        self._owns_telemetry = telemetry is None
         self.telemetry = telemetry or Telemetry(config.telemetry, config.app_id, config.group_id, install_global=True)
         self.counters = Counters()
         self.tasks: dict[TaskId, Task] = {}
@@ -83,7 +85,8 @@ class Worker:
         try:
             await self._run()
         finally:
-            self.telemetry.shutdown()  # exports what is still buffered
+            if self._owns_telemetry:
+                self.telemetry.shutdown()  # exports what is still buffered
         if self._failure is not None:
             raise WorkerFailed(str(self._failure)) from self._failure
 

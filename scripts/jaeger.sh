@@ -11,6 +11,11 @@ VERSION=v1.76.0 # Jaeger v2.13.0
 CACHE="$HOME/.cache/kafka-actor-runtime/jaeger-$VERSION"
 BINARY="$CACHE/jaeger"
 
+# --if-built: print the path only if the binary is there already (exit 1 otherwise), build nothing.
+if [[ "${1:-}" == "--if-built" ]]; then
+    [[ -x "$BINARY" ]] && echo "$BINARY"
+    exit $?
+fi
 if [[ ! -x "$BINARY" ]]; then
     command -v go >/dev/null || { echo "jaeger.sh: Go is needed to build Jaeger" >&2; exit 1; }
     echo "building Jaeger $VERSION into $CACHE (about 10 minutes the first time)" >&2

@@ -24,6 +24,10 @@ def jaeger_binary() -> Path:
     return Path(built.stdout.strip().splitlines()[-1])
 
 
+def jaeger_is_built() -> bool:
+    return subprocess.run([str(BUILD), "--if-built"], capture_output=True, check=False).returncode == 0
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -259,45 +259,46 @@ class Task:
         decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
         process, context, counters = self._processor.process, self._context, self._services.counters
         failures, name = self._services.failures, self.id.processor
-        start_span, metrics = self._services.telemetry.tracer.start_process_span, self._services.telemetry.metrics
-        timed = metrics.enabled
+        tracer, metrics = self._services.telemetry.tracer, self._services.telemetry.metrics
+        start_span, timed = tracer.start_process_span, metrics.enabled
         pending = context.pending
         try:
-            for raw in records:
-                if self._stopping:
-                    return
-                try:
-                    record = Record(
-                        raw.topic,
-                        raw.partition,
-                        raw.offset,
-                        raw.timestamp,
-                        None if raw.key is None else decode_key(raw.key),
-                        None if raw.value is None else decode_value(raw.value),
-                        tuple(raw.headers),
-                    )
-                except Exception as error:  # any decoding error goes to the policy
-                    failures.handle(Stage.DESERIALIZATION, name, raw, error, self.outputs)
+            with tracer.batch_context():
+                for raw in records:
+                    if self._stopping:
+                        return
+                    try:
+                        record = Record(
+                            raw.topic,
+                            raw.partition,
+                            raw.offset,
+                            raw.timestamp,
+                            None if raw.key is None else decode_key(raw.key),
+                            None if raw.value is None else decode_value(raw.value),
+                            tuple(raw.headers),
+                        )
+                    except Exception as error:  # any decoding error goes to the policy
+                        failures.handle(Stage.DESERIALIZATION, name, raw, error, self.outputs)
+                        self.next_offsets[tp] = raw.offset + 1
+                        continue
+                    released = len(pending)
+                    started = time.perf_counter() if timed else 0.0
+                    try:
+                        with start_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers, None, pending):
+                            if self._is_async:
+                                await process(record, context)  # type: ignore[misc]
+                            else:
+                                process(record, context)
+                    except Exception as error:  # any processor error goes to the policy
+                        del pending[released:]  # nothing of a failed record escapes
+                        failures.handle(Stage.PROCESSING, name, raw, error, self.outputs)
+                    else:
+                        counters.processed += 1
+                    if timed:
+                        metrics.record_processing((time.perf_counter() - started) * 1000, name)
+                    if self._is_async:
+                        self._release_outputs()  # see _process_batch
                     self.next_offsets[tp] = raw.offset + 1
-                    continue
-                released = len(pending)
-                started = time.perf_counter() if timed else 0.0
-                try:
-                    with start_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers, None, pending):
-                        if self._is_async:
-                            await process(record, context)  # type: ignore[misc]
-                        else:
-                            process(record, context)
-                except Exception as error:  # any processor error goes to the policy
-                    del pending[released:]  # nothing of a failed record escapes
-                    failures.handle(Stage.PROCESSING, name, raw, error, self.outputs)
-                else:
-                    counters.processed += 1
-                if timed:
-                    metrics.record_processing((time.perf_counter() - started) * 1000, name)
-                if self._is_async:
-                    self._release_outputs()  # see _process_batch
-                self.next_offsets[tp] = raw.offset + 1
         finally:
             self._release_outputs()
 

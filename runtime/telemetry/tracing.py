@@ -6,8 +6,10 @@ read per batch. `OtelRecordTracer` is the real one.
 
 A full SDK span costs tens of microseconds even when the sampler drops it, so `OtelRecordTracer`
 first asks, cheaply, whether the record's span would be dropped: a record with no trace context whose
-new trace the sampler drops, or one whose parent was not sampled. Such a record gets a non-recording
-span and passes the unsampled context on to its outputs, as the SDK would, for a fraction of the cost.
+new trace the sampler drops, or one whose parent was not sampled. Such a record skips the SDK and its
+outputs get an unsampled context, as the SDK would give them: a new trace id, or the parent's
+context as it came. While it is processed, the current span is a non-recording one shared by the
+batch (`batch_context`), so spans a processor opens below it are dropped too.
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ class RecordTracer:
     """Tracing switched off: every method is a no-op, and `enabled` tells the engine to skip the calls."""
 
     enabled: bool = False
+
+    def batch_context(self) -> AbstractContextManager[None]:
+        """Entered around a batch's per-record spans."""
+        return _NOTHING
 
     def start_process_span(
         self,
@@ -127,6 +133,8 @@ class OtelRecordTracer(RecordTracer):
         self._ids = ids
         self._parent_decides = isinstance(sampler, ParentBased)
         self._bound = None if ratio is None else TraceIdRatioBased.get_bound_for_rate(ratio)
+        shared = SpanContext(getrandbits(128) or 1, getrandbits(64) or 1, is_remote=False)
+        self._dropped_context = trace.set_span_in_context(NonRecordingSpan(shared), _NO_PARENT)
         self._base_attributes: dict[tuple[str, int, str | None], dict[str, AttributeValue]] = {}
         self._names: dict[str, str] = {}
 
@@ -147,23 +155,24 @@ class OtelRecordTracer(RecordTracer):
         sets the status to ERROR. Given `outputs` (the task's pending list), the outputs appended
         inside the block get this span's context in their headers when the block succeeds.
         """
-        base = self._attributes(topic, partition, group or self._group)
-        name = self._names.get(topic)
-        if name is None:
-            name = self._names[topic] = f"process {topic}"
+        group = group or self._group
         if self._sampler is not None:
-            unsampled = self._unsampled(name, base, headers)
+            unsampled = self._unsampled_span(topic, partition, group, headers, outputs)
             if unsampled is not None:
-                return _UnsampledSpan(unsampled[0], unsampled[1], outputs)
+                return unsampled
         parent = extract(headers)
-        attributes = dict(base)
+        attributes = dict(self._attributes(topic, partition, group))
         attributes[MESSAGING_KAFKA_OFFSET] = offset
         if key is not None:
             try:  # noqa: SIM105 (per record: try/except is cheaper than suppress)
                 attributes[MESSAGING_KAFKA_MESSAGE_KEY] = key.decode()
             except UnicodeDecodeError:
                 pass  # the conventions want no attribute for a key without a canonical string form
-        return _ActiveSpan(self._tracer, name, parent, SpanKind.CONSUMER, attributes, outputs)
+        return _ActiveSpan(self._tracer, self._name(topic), parent, SpanKind.CONSUMER, attributes, outputs)
+
+    def batch_context(self) -> AbstractContextManager[None]:
+        """Makes the shared non-recording span current, for the records that skip the SDK."""
+        return _Attached(self._dropped_context) if self._sampler is not None else _NOTHING
 
     def span(
         self, name: str, attributes: Mapping[str, AttributeValue] | None = None
@@ -181,10 +190,10 @@ class OtelRecordTracer(RecordTracer):
         if len(outputs) > start:
             _write_fields(outputs, start, current_fields())
 
-    def _unsampled(
-        self, name: str, attributes: Mapping[str, AttributeValue], headers: HeaderList
-    ) -> tuple[SpanContext, list[tuple[str, bytes]]] | None:
-        """The context of a record's span and its outputs' headers if the span would be dropped, else None.
+    def _unsampled_span(
+        self, topic: str, partition: int, group: str | None, headers: HeaderList, outputs: list[PendingOutput] | None
+    ) -> _UnsampledSpan | None:
+        """The cheap span of a record whose span would be dropped, else None (trace it).
 
         A record without trace context gets the sampler's decision on a new trace id (reserved for
         the SDK's span when sampled); one whose parent is unsampled passes that parent on as it came.
@@ -197,14 +206,15 @@ class OtelRecordTracer(RecordTracer):
             if self._bound is not None:
                 sampled = trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < self._bound
             else:
-                result = self._sampler.should_sample(_NO_PARENT, trace_id, name, SpanKind.CONSUMER, attributes)
+                attributes = self._attributes(topic, partition, group)
+                result = self._sampler.should_sample(
+                    _NO_PARENT, trace_id, self._name(topic), SpanKind.CONSUMER, attributes
+                )
                 sampled = result.decision is not Decision.DROP
             if sampled:
                 self._ids.reserved = trace_id
                 return None
-            span_id = getrandbits(64) or 1
-            fields = [(TRACEPARENT, f"00-{trace_id:032x}-{span_id:016x}-00".encode())]
-            return SpanContext(trace_id, span_id, is_remote=False), fields
+            return _UnsampledSpan(trace_id, None, outputs)
         if not self._parent_decides:
             return None
         traceparent = None
@@ -213,8 +223,13 @@ class OtelRecordTracer(RecordTracer):
                 return None
             if header_name == TRACEPARENT:
                 traceparent = value
-        parent = _unsampled_parent(traceparent)
-        return None if parent is None else (parent, list(propagation))
+        return _UnsampledSpan(0, propagation, outputs) if _is_unsampled_parent(traceparent) else None
+
+    def _name(self, topic: str) -> str:
+        name = self._names.get(topic)
+        if name is None:
+            name = self._names[topic] = f"process {topic}"
+        return name
 
     def _attributes(self, topic: str, partition: int, group: str | None) -> dict[str, AttributeValue]:
         cache_key = (topic, partition, group)
@@ -310,24 +325,47 @@ class _ActiveSpan(AbstractContextManager[Span | None]):
 
 
 class _UnsampledSpan(AbstractContextManager[Span | None]):
-    """A dropped record's non-recording span, current for the block (user spans below it are dropped too);
-    on success the outputs appended inside the block get `fields`."""
+    """A dropped record: on success, its outputs get `copied` (its parent's context), or else a new
+    unsampled context in trace `trace_id`."""
 
-    __slots__ = ("_context", "_fields", "_outputs", "_start", "_token")
+    __slots__ = ("_copied", "_outputs", "_start", "_trace_id")
 
-    def __init__(self, span_context: SpanContext, fields: list[tuple[str, bytes]], outputs: list[PendingOutput] | None):
-        self._context = span_context
-        self._fields = fields
+    def __init__(self, trace_id: int, copied: HeaderList | None, outputs: list[PendingOutput] | None):
+        self._trace_id = trace_id
+        self._copied = copied
         self._outputs = outputs
         self._start = 0
-        self._token: Token[Context] | None = None
 
-    def __enter__(self) -> Span:
-        span = NonRecordingSpan(self._context)
-        self._token = context_api.attach(trace.set_span_in_context(span, _NO_PARENT))
+    def __enter__(self) -> None:
         if self._outputs is not None:
             self._start = len(self._outputs)
-        return span
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        outputs = self._outputs
+        if exc is None and outputs is not None and len(outputs) > self._start:
+            if self._copied is not None:
+                fields = list(self._copied)
+            else:
+                fields = [(TRACEPARENT, b"00-%032x-%016x-00" % (self._trace_id, getrandbits(64) or 1))]
+            _write_fields(outputs, self._start, fields)
+
+
+class _Attached(AbstractContextManager[None]):
+    """`context` is the current one for the block."""
+
+    __slots__ = ("_context", "_token")
+
+    def __init__(self, context: Context):
+        self._context = context
+        self._token: Token[Context] | None = None
+
+    def __enter__(self) -> None:
+        self._token = context_api.attach(self._context)
 
     def __exit__(
         self,
@@ -338,23 +376,19 @@ class _UnsampledSpan(AbstractContextManager[Span | None]):
         if self._token is not None:
             context_api.detach(self._token)
             self._token = None
-        if exc is None and self._outputs is not None and len(self._outputs) > self._start:
-            _write_fields(self._outputs, self._start, self._fields)
 
 
-def _unsampled_parent(traceparent: bytes | None) -> SpanContext | None:
-    """The remote parent in a version-00 `traceparent` if it is valid and unsampled, else None."""
+def _is_unsampled_parent(traceparent: bytes | None) -> bool:
+    """A valid version-00 `traceparent` whose sampled flag is off."""
     if traceparent is None or len(traceparent) != 55 or not traceparent.startswith(b"00-"):
-        return None
+        return False
     try:
         trace_id = int(traceparent[3:35], 16)
         span_id = int(traceparent[36:52], 16)
         flags = int(traceparent[53:55], 16)
     except ValueError:
-        return None
-    if flags & TraceFlags.SAMPLED or not trace_id or not span_id:
-        return None
-    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
+        return False
+    return not flags & TraceFlags.SAMPLED and trace_id != 0 and span_id != 0
 
 
 def extract(headers: HeaderList) -> Context:

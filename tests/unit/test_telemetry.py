@@ -230,8 +230,7 @@ def test_sampling_ratio_zero_records_no_new_trace_but_follows_a_sampled_parent(s
     config = TelemetryConfig.model_validate({"sampling_ratio": 0.0})
     telemetry = Telemetry(config, "app", span_exporter=spans)
     try:
-        with telemetry.tracer.start_process_span("orders", 0, 1, None, []) as span:
-            assert span is not None and not span.is_recording()
+        with telemetry.tracer.batch_context(), telemetry.tracer.start_process_span("orders", 0, 1, None, []):
             # Not recorded, but still passed on (flagged unsampled) so the chain stays one trace.
             traceparent = dict(telemetry.tracer.inject())["traceparent"]
             assert int(traceparent[-2:], 16) & 1 == 0
@@ -254,21 +253,21 @@ def test_dropped_records_skip_the_sdk_and_pass_an_unsampled_context_on(spans: In
     try:
         outputs: list[PendingOutput] = []
         copied = [("traceparent", b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01")]  # stale: copied from elsewhere
-        with telemetry.tracer.start_process_span("orders", 0, 1, None, [], outputs=outputs) as span:
-            assert span is not None and not span.is_recording()
-            with user_tracer.start_as_current_span("lookup") as user_span:
-                assert not user_span.is_recording()  # a child of the dropped span: dropped too
-                assert user_span.get_span_context().trace_id == span.get_span_context().trace_id
-            outputs.append(("out", None, b"v", copied))
-        (header,) = outputs[0][3]
-        context = span.get_span_context()
-        assert header == ("traceparent", f"00-{context.trace_id:032x}-{context.span_id:016x}-00".encode())
+        with telemetry.tracer.batch_context():
+            for offset in range(2):
+                with telemetry.tracer.start_process_span("orders", 0, offset, None, [], outputs=outputs):
+                    with user_tracer.start_as_current_span("lookup") as user_span:
+                        assert not user_span.is_recording()  # below the batch's dropped span: dropped too
+                    outputs.append(("out", None, b"v", copied))
+        contexts = [trace.get_current_span(extract(output[3])).get_span_context() for output in outputs]
+        assert [len(output[3]) for output in outputs] == [1, 1]
+        assert all(context.is_valid and not context.trace_flags.sampled for context in contexts)
+        assert contexts[0].trace_id != contexts[1].trace_id  # a trace of its own each, as the SDK would give
 
         # A record whose parent was not sampled passes that parent's context on as it came.
         unsampled = [("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-00"), ("tracestate", b"k=v")]
         outputs.clear()
-        with telemetry.tracer.start_process_span("orders", 0, 2, None, unsampled, outputs=outputs) as span:
-            assert span is not None and span.get_span_context().trace_id == int("a" * 32, 16)
+        with telemetry.tracer.start_process_span("orders", 0, 2, None, unsampled, outputs=outputs):
             outputs.append(("out", None, b"v", ()))
         assert list(outputs[0][3]) == unsampled
         assert spans.get_finished_spans() == () and user_spans.get_finished_spans() == ()

@@ -8,7 +8,7 @@ set -euo pipefail
 
 MODULE=github.com/jaegertracing/jaeger
 VERSION=v1.76.0 # Jaeger v2.13.0
-CACHE="$HOME/.cache/kafka-actor-runtime/jaeger-$VERSION"
+CACHE="${RUNTIME_CACHE_DIR:-$HOME/.cache/kafka-actor-runtime}/jaeger-$VERSION"
 BINARY="$CACHE/jaeger"
 
 # --if-built: print the path only if the binary is there already (exit 1 otherwise), build nothing.

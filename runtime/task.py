@@ -22,6 +22,7 @@ from runtime.outputs import Outputs
 from runtime.state import TaskState
 from runtime.task_context import TaskContext, TopicSerdes
 from runtime.telemetry import Telemetry
+from runtime.telemetry.tracing import write_fields
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +261,7 @@ class Task:
         process, context, counters = self._processor.process, self._context, self._services.counters
         failures, name = self._services.failures, self.id.processor
         tracer, metrics = self._services.telemetry.tracer, self._services.telemetry.metrics
-        start_span, timed = tracer.start_process_span, metrics.enabled
+        start_span, dropped_fields, timed = tracer.start_process_span, tracer.dropped_fields, metrics.enabled
         pending = context.pending
         try:
             with tracer.batch_context():
@@ -283,12 +284,19 @@ class Task:
                         continue
                     released = len(pending)
                     started = time.perf_counter() if timed else 0.0
+                    fields = dropped_fields(raw.topic, raw.partition, raw.headers)
                     try:
-                        with start_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers, None, pending):
+                        if fields is None:
+                            with start_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers, None, pending):
+                                result = process(record, context)
+                                if self._is_async:
+                                    await result  # type: ignore[misc]
+                        else:
+                            result = process(record, context)
                             if self._is_async:
-                                await process(record, context)  # type: ignore[misc]
-                            else:
-                                process(record, context)
+                                await result  # type: ignore[misc]
+                            if len(pending) > released:
+                                write_fields(pending, released, fields)
                     except Exception as error:  # any processor error goes to the policy
                         del pending[released:]  # nothing of a failed record escapes
                         failures.handle(Stage.PROCESSING, name, raw, error, self.outputs)

@@ -4,12 +4,12 @@
 checks that once per batch and then runs its untraced loop, so telemetry off costs one attribute
 read per batch. `OtelRecordTracer` is the real one.
 
-A full SDK span costs tens of microseconds even when the sampler drops it, so `OtelRecordTracer`
-first asks, cheaply, whether the record's span would be dropped: a record with no trace context whose
-new trace the sampler drops, or one whose parent was not sampled. Such a record skips the SDK and its
-outputs get an unsampled context, as the SDK would give them: a new trace id, or the parent's
-context as it came. While it is processed, the current span is a non-recording one shared by the
-batch (`batch_context`), so spans a processor opens below it are dropped too.
+A full SDK span costs tens of microseconds even when the sampler drops it, so the engine first asks
+`dropped_fields`, cheaply, whether the record's span would be dropped: a record with no trace context
+whose new trace the sampler drops, or one whose parent was not sampled. Such a record skips the SDK
+and its outputs get an unsampled context, as the SDK would give them: a new trace id, or the
+parent's context as it came. While it is processed, the current span is a non-recording one shared
+by the batch (`batch_context`), so spans a processor opens below it are dropped too.
 """
 
 from __future__ import annotations
@@ -69,6 +69,11 @@ class RecordTracer:
     def batch_context(self) -> AbstractContextManager[None]:
         """Entered around a batch's per-record spans."""
         return _NOTHING
+
+    def dropped_fields(self, topic: str, partition: int, headers: HeaderList) -> list[tuple[str, bytes]] | None:
+        """The propagation headers for the outputs of a record whose span would be dropped (to be given
+        them with `write_fields`), or None: start its span."""
+        return None
 
     def start_process_span(
         self,
@@ -155,13 +160,8 @@ class OtelRecordTracer(RecordTracer):
         sets the status to ERROR. Given `outputs` (the task's pending list), the outputs appended
         inside the block get this span's context in their headers when the block succeeds.
         """
-        group = group or self._group
-        if self._sampler is not None:
-            unsampled = self._unsampled_span(topic, partition, group, headers, outputs)
-            if unsampled is not None:
-                return unsampled
         parent = extract(headers)
-        attributes = dict(self._attributes(topic, partition, group))
+        attributes = dict(self._attributes(topic, partition, group or self._group))
         attributes[MESSAGING_KAFKA_OFFSET] = offset
         if key is not None:
             try:  # noqa: SIM105 (per record: try/except is cheaper than suppress)
@@ -188,25 +188,22 @@ class OtelRecordTracer(RecordTracer):
     def inject_outputs(self, outputs: list[PendingOutput], start: int = 0) -> None:
         """Give the current trace context to `outputs[start:]`, computing the headers once for all."""
         if len(outputs) > start:
-            _write_fields(outputs, start, current_fields())
+            write_fields(outputs, start, current_fields())
 
-    def _unsampled_span(
-        self, topic: str, partition: int, group: str | None, headers: HeaderList, outputs: list[PendingOutput] | None
-    ) -> _UnsampledSpan | None:
-        """The cheap span of a record whose span would be dropped, else None (trace it).
-
-        A record without trace context gets the sampler's decision on a new trace id (reserved for
-        the SDK's span when sampled); one whose parent is unsampled passes that parent on as it came.
-        A record with baggage takes the full path: its baggage must be current while it is processed.
-        """
-        assert self._sampler is not None and self._ids is not None
+    def dropped_fields(self, topic: str, partition: int, headers: HeaderList) -> list[tuple[str, bytes]] | None:
+        """For a record without trace context: the sampler's decision on a new trace id (reserved for
+        the SDK's span when sampled, so the SDK's sampler decides the same); for one whose parent is
+        unsampled, that parent's context as it came. A record with baggage takes the full path: its
+        baggage must be current while it is processed."""
+        if self._ids is None or self._sampler is None:
+            return None
         propagation = [header for header in headers if header[0] in PROPAGATION_HEADERS] if headers else None
         if not propagation:
             trace_id = getrandbits(128) or 1
             if self._bound is not None:
                 sampled = trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < self._bound
             else:
-                attributes = self._attributes(topic, partition, group)
+                attributes = self._attributes(topic, partition, self._group)
                 result = self._sampler.should_sample(
                     _NO_PARENT, trace_id, self._name(topic), SpanKind.CONSUMER, attributes
                 )
@@ -214,7 +211,7 @@ class OtelRecordTracer(RecordTracer):
             if sampled:
                 self._ids.reserved = trace_id
                 return None
-            return _UnsampledSpan(trace_id, None, outputs)
+            return [(TRACEPARENT, b"00-%032x-%016x-00" % (trace_id, getrandbits(64) or 1))]
         if not self._parent_decides:
             return None
         traceparent = None
@@ -223,7 +220,7 @@ class OtelRecordTracer(RecordTracer):
                 return None
             if header_name == TRACEPARENT:
                 traceparent = value
-        return _UnsampledSpan(0, propagation, outputs) if _is_unsampled_parent(traceparent) else None
+        return propagation if _is_unsampled_parent(traceparent) else None
 
     def _name(self, topic: str) -> str:
         name = self._names.get(topic)
@@ -312,7 +309,7 @@ class _ActiveSpan(AbstractContextManager[Span | None]):
         try:
             if exc is None:
                 if self._outputs is not None and len(self._outputs) > self._start:
-                    _write_fields(self._outputs, self._start, self._fields(span))
+                    write_fields(self._outputs, self._start, self._fields(span))
             elif isinstance(exc, Exception):  # not cancellation: the task stopping is no error
                 span.record_exception(exc)
                 span.set_attribute(ERROR_TYPE, _qualified_name(type(exc)))
@@ -322,37 +319,6 @@ class _ActiveSpan(AbstractContextManager[Span | None]):
                 context_api.detach(self._token)
                 self._token = None
             span.end()
-
-
-class _UnsampledSpan(AbstractContextManager[Span | None]):
-    """A dropped record: on success, its outputs get `copied` (its parent's context), or else a new
-    unsampled context in trace `trace_id`."""
-
-    __slots__ = ("_copied", "_outputs", "_start", "_trace_id")
-
-    def __init__(self, trace_id: int, copied: HeaderList | None, outputs: list[PendingOutput] | None):
-        self._trace_id = trace_id
-        self._copied = copied
-        self._outputs = outputs
-        self._start = 0
-
-    def __enter__(self) -> None:
-        if self._outputs is not None:
-            self._start = len(self._outputs)
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        outputs = self._outputs
-        if exc is None and outputs is not None and len(outputs) > self._start:
-            if self._copied is not None:
-                fields = list(self._copied)
-            else:
-                fields = [(TRACEPARENT, b"00-%032x-%016x-00" % (self._trace_id, getrandbits(64) or 1))]
-            _write_fields(outputs, self._start, fields)
 
 
 class _Attached(AbstractContextManager[None]):
@@ -409,7 +375,8 @@ def current_fields() -> list[tuple[str, bytes]]:
     return [(name, value.encode("latin-1")) for name, value in carrier.items()]
 
 
-def _write_fields(outputs: list[PendingOutput], start: int, fields: list[tuple[str, bytes]]) -> None:
+def write_fields(outputs: list[PendingOutput], start: int, fields: list[tuple[str, bytes]]) -> None:
+    """Give `outputs[start:]` the propagation headers `fields` in place of any they had."""
     if fields:
         for index in range(start, len(outputs)):
             topic, key, value, headers = outputs[index]

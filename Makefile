@@ -1,5 +1,5 @@
 # The two commands of the README: `make example` and `make test`.
-.PHONY: setup example test lint unit bench clean
+.PHONY: setup example test test-jaeger lint unit bench clean
 
 setup:
 	./scripts/setup.sh
@@ -17,6 +17,11 @@ unit: setup
 
 test: lint
 	.venv/bin/pytest
+
+# Spans exported over OTLP to a real Jaeger v2 (built once into ~/.cache/kafka-actor-runtime).
+test-jaeger: setup
+	./scripts/jaeger.sh
+	.venv/bin/pytest -m jaeger
 
 clean:
 	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache build *.egg-info

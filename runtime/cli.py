@@ -16,6 +16,7 @@ from runtime.connection import BrokerUnavailable, resolve_bootstrap
 from runtime.devkafka import cli as devkafka_cli
 from runtime.devkafka.jars import DevKafkaError
 from runtime.supervisor import run_workers
+from runtime.telemetry import TelemetryError
 from runtime.worker import Worker, WorkerFailed
 
 log = logging.getLogger("runtime")
@@ -89,6 +90,9 @@ def run_worker(config: AppConfig, bootstrap: str, until_caught_up: bool, app_pat
         asyncio.run(serve())
     except ConfigError as error:
         print(f"error in {app_path}:\n{_indent(str(error))}", file=sys.stderr)
+        return EXIT_CONFIG
+    except TelemetryError as error:
+        print(f"error in {app_path}:\n{_indent(f'telemetry: {error}')}", file=sys.stderr)
         return EXIT_CONFIG
     except (WorkerFailed, BrokerUnavailable) as error:
         print(f"error: {error}", file=sys.stderr)

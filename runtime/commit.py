@@ -13,8 +13,11 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from runtime.counters import Counters
 from runtime.outputs import Outputs
 from runtime.task import GuaranteeHooks, Task
+from runtime.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
+
+PARTITIONS = "kafka_actor.partitions"
 
 
 class CommitStrategy(GuaranteeHooks, Protocol):
@@ -42,10 +45,11 @@ def flush_stores(tasks: Iterable[Task]) -> None:
 class _WorkerCommits:
     """The worker commits for every task through its consumer, each commit interval."""
 
-    def __init__(self, consumer: AIOKafkaConsumer, outputs: Outputs, counters: Counters):
+    def __init__(self, consumer: AIOKafkaConsumer, outputs: Outputs, counters: Counters, telemetry: Telemetry):
         self._consumer = consumer
         self._outputs = outputs
         self._counters = counters
+        self._telemetry = telemetry
         self._committed: dict[TopicPartition, int] = {}
 
     async def start(self, task: Task) -> None:
@@ -66,7 +70,8 @@ class _WorkerCommits:
             return
         started = time.monotonic()
         try:
-            await self._consumer.commit(changed)
+            with self._telemetry.tracer.span("commit offsets", {PARTITIONS: len(changed)}):
+                await self._consumer.commit(changed)
         except (CommitFailedError, IllegalStateError) as error:
             # The group rebalanced: the next owner resumes from the last successful commit.
             self._counters.failed_commits += 1
@@ -77,8 +82,11 @@ class _WorkerCommits:
             log.warning("offset commit failed (%r); retrying at the next commit", error)
             return
         self._committed.update(changed)
+        elapsed = time.monotonic() - started
         self._counters.commits += 1
-        self._counters.commit_seconds += time.monotonic() - started
+        self._counters.commit_seconds += elapsed
+        if self._telemetry.metrics.enabled:
+            self._telemetry.metrics.record_commit(elapsed * 1000, transactional=False)
 
     async def commit(self, tasks: Iterable[Task]) -> None:
         raise NotImplementedError

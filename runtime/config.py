@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from processors.global_updater import GlobalStoreUpdater
 from processors.processor import Processor
 from processors.serdes import import_object, resolve_serde
+from runtime.telemetry.config import TelemetryConfig
 
 TOPIC_NAME = r"^[a-zA-Z0-9._-]{1,249}$"
 
@@ -207,6 +208,7 @@ class AppConfig(Strict):
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
     state_dir: Path = Path("state")
     snapshots: SnapshotsConfig | None = None
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 
     @field_validator("topics")
     @classmethod
@@ -274,6 +276,11 @@ class AppConfig(Strict):
         if store.backend != "rocksdb" or (isinstance(store, StoreConfig) and not store.changelog):
             return None
         return store.snapshots or self.snapshots
+
+    @property
+    def group_id(self) -> str:
+        """The consumer group: the app id unless `kafka.consumer.group_id` says otherwise."""
+        return str(self.kafka.consumer.get("group_id", self.app_id))
 
     def input_topics(self) -> list[str]:
         return sorted({topic for processor in self.processors for topic in processor.inputs})

@@ -20,6 +20,8 @@ from runtime.counters import Counters
 from runtime.restore_progress import RestoreProgress
 from runtime.snapshot_ingest import SnapshotIngest
 from runtime.state import TaskState, TaskStore
+from runtime.telemetry import RecordTracer
+from runtime.telemetry.tracing import MESSAGING_DESTINATION_NAME, MESSAGING_DESTINATION_PARTITION_ID
 
 log = logging.getLogger(__name__)
 
@@ -27,24 +29,47 @@ RESTORE_BATCH = 10_000
 PROGRESS_EVERY_S = 2.0
 
 ConsumerFactory = Callable[[], AIOKafkaConsumer]
+STORE = "kafka_actor.store"
+RESTORED = "kafka_actor.restore.records"
 
 
 class ChangelogRestorer:
-    """Restores stores one changelog partition at a time, in bounded batches."""
+    """Restores stores one changelog partition at a time, in bounded batches.
 
-    def __init__(self, new_consumer: ConsumerFactory, counters: Counters, progress: RestoreProgress | None = None):
+    `partitions` keeps (records restored, records remaining) per changelog partition restored by this
+    worker, for the restore-progress metrics.
+    """
+
+    def __init__(
+        self,
+        new_consumer: ConsumerFactory,
+        counters: Counters,
+        tracer: RecordTracer,
+        progress: RestoreProgress | None = None,
+    ):
         self._new_consumer = new_consumer
         self._counters = counters
+        self._tracer = tracer
         self._progress = progress or RestoreProgress()
         self._snapshots = SnapshotIngest(counters, self._progress)
+        self.partitions: dict[tuple[str, int], tuple[int, int]] = {}
 
     async def restore(self, state: TaskState) -> None:
         await state.open()
         for entry in state.stores.values():
             if entry.changelog is not None:
-                await self._restore_store(state, entry, entry.changelog)
+                attributes = {
+                    STORE: entry.name,
+                    MESSAGING_DESTINATION_NAME: entry.changelog.topic,
+                    MESSAGING_DESTINATION_PARTITION_ID: str(entry.changelog.partition),
+                }
+                with self._tracer.span("restore", attributes) as span:
+                    restored = await self._restore_store(state, entry, entry.changelog)
+                    if span is not None:
+                        span.set_attribute(RESTORED, restored)
 
-    async def _restore_store(self, state: TaskState, entry: TaskStore, tp: TopicPartition) -> None:
+    async def _restore_store(self, state: TaskState, entry: TaskStore, tp: TopicPartition) -> int:
+        """Returns how many records it applied."""
         consumer = self._new_consumer()
         await consumer.start()
         try:
@@ -63,17 +88,18 @@ class ChangelogRestorer:
             position = start if stored is None else stored
             if position >= end:
                 log.info("store %s partition %d is up to date (changelog offset %d)", entry.name, tp.partition, end)
-                return
+                return 0
             consumer.seek(tp, position)
-            await self._replay(consumer, entry, tp, position, end)
+            return await self._replay(consumer, entry, tp, position, end)
         finally:
             await consumer.stop()
 
     async def _replay(
         self, consumer: AIOKafkaConsumer, entry: TaskStore, tp: TopicPartition, position: int, end: int
-    ) -> None:
+    ) -> int:
         total, done = end - position, 0
         self._counters.restore_remaining += total
+        self.partitions[(tp.topic, tp.partition)] = (0, total)
         started = last_report = time.monotonic()
         log.info("restoring store %s partition %d from its changelog: offsets %d..%d", entry.name, tp.partition,
                  position, end)  # fmt: skip
@@ -88,6 +114,7 @@ class ChangelogRestorer:
                 self._progress.advance(bar, len(records))
                 self._counters.restored += len(records)
                 self._counters.restore_remaining -= len(records)
+                self.partitions[(tp.topic, tp.partition)] = (done, total - done)
                 now = time.monotonic()
                 if now - last_report >= PROGRESS_EVERY_S:
                     last_report = now
@@ -96,6 +123,8 @@ class ChangelogRestorer:
         finally:
             self._progress.finish(bar)
             self._counters.restore_remaining -= total - done
+            self.partitions[(tp.topic, tp.partition)] = (done, 0)
         elapsed = time.monotonic() - started
         log.info("restored store %s partition %d: %d records in %.2fs (%.0f/s)", entry.name, tp.partition, done,
                  elapsed, done / elapsed if elapsed else 0.0)  # fmt: skip
+        return done

@@ -21,6 +21,8 @@ from runtime.failures import FailureHandler, Stage
 from runtime.outputs import Outputs
 from runtime.state import TaskState
 from runtime.task_context import TaskContext, TopicSerdes
+from runtime.telemetry import Telemetry
+from runtime.telemetry.tracing import write_fields
 from stores import ReadOnlyStore
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,7 @@ class TaskServices:
     restore: Callable[[TaskState], Awaitable[None]]
     on_ready: Callable[[Task], Awaitable[None]]
     global_stores: Mapping[str, ReadOnlyStore]
+    telemetry: Telemetry
 
 
 class Task:
@@ -207,6 +210,10 @@ class Task:
             if not records:
                 return
         await self._services.hooks.before_batch(self, tp, records)
+        telemetry = self._services.telemetry
+        if telemetry.tracer.enabled or telemetry.metrics.enabled:
+            await self._process_batch_observed(tp, records)
+            return
         key_serde, value_serde = self._services.serdes[tp.topic]
         decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
         process, context, counters = self._processor.process, self._context, self._services.counters
@@ -256,6 +263,62 @@ class Task:
             if done is not None:
                 self.next_offsets[tp] = done
             counters.processed += processed
+            self._release_outputs()
+
+    async def _process_batch_observed(self, tp: TopicPartition, records: list[Any]) -> None:
+        """`_process_batch`'s loop with a span around each record and its processing time measured."""
+        key_serde, value_serde = self._services.serdes[tp.topic]
+        decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
+        process, context, counters = self._processor.process, self._context, self._services.counters
+        failures, name = self._services.failures, self.id.processor
+        tracer, metrics = self._services.telemetry.tracer, self._services.telemetry.metrics
+        start_span, dropped_fields, timed = tracer.start_process_span, tracer.dropped_fields, metrics.enabled
+        pending = context.pending
+        try:
+            with tracer.batch_context():
+                for raw in records:
+                    if self._stopping:
+                        return
+                    try:
+                        record = Record(
+                            raw.topic,
+                            raw.partition,
+                            raw.offset,
+                            raw.timestamp,
+                            None if raw.key is None else decode_key(raw.key),
+                            None if raw.value is None else decode_value(raw.value),
+                            tuple(raw.headers),
+                        )
+                    except Exception as error:  # any decoding error goes to the policy
+                        failures.handle(Stage.DESERIALIZATION, name, raw, error, self.outputs)
+                        self.next_offsets[tp] = raw.offset + 1
+                        continue
+                    released = len(pending)
+                    started = time.perf_counter() if timed else 0.0
+                    fields = dropped_fields(raw.topic, raw.partition, raw.headers)
+                    try:
+                        if fields is None:
+                            with start_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers, None, pending):
+                                result = process(record, context)
+                                if self._is_async:
+                                    await result  # type: ignore[misc]
+                        else:
+                            result = process(record, context)
+                            if self._is_async:
+                                await result  # type: ignore[misc]
+                            if len(pending) > released:
+                                write_fields(pending, released, fields)
+                    except Exception as error:  # any processor error goes to the policy
+                        del pending[released:]  # nothing of a failed record escapes
+                        failures.handle(Stage.PROCESSING, name, raw, error, self.outputs)
+                    else:
+                        counters.processed += 1
+                    if timed:
+                        metrics.record_processing((time.perf_counter() - started) * 1000, name)
+                    if self._is_async:
+                        self._release_outputs()  # see _process_batch
+                    self.next_offsets[tp] = raw.offset + 1
+        finally:
             self._release_outputs()
 
     def _release_outputs(self) -> None:

@@ -18,6 +18,8 @@ from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
 
 from runtime.counters import Counters
 from runtime.task import Task, TaskFenced
+from runtime.telemetry import Telemetry
+from runtime.telemetry.metrics import TASK
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,9 @@ class ExactlyOnce:
         counters: Counters,
         positions: Callable[[Task], Awaitable[dict[TopicPartition, int]]],
         rewind: Rewind,
+        telemetry: Telemetry,
     ):
+        self._telemetry = telemetry
         self._group_id = group_id
         self._interval_s = interval_s
         self._counters = counters
@@ -128,11 +132,12 @@ class ExactlyOnce:
         try:
             if task.state is not None:
                 task.state.log_changes()
-            await task.outputs.flush()
-            changed = {tp: offset for tp, offset in offsets.items() if self._committed[task].get(tp) != offset}
-            if changed:
-                await producer.send_offsets_to_transaction(changed, self._group_id)
-            await producer.commit_transaction()
+            with self._telemetry.tracer.span("commit transaction", {TASK: str(task.id)}):
+                await task.outputs.flush()
+                changed = {tp: offset for tp, offset in offsets.items() if self._committed[task].get(tp) != offset}
+                if changed:
+                    await producer.send_offsets_to_transaction(changed, self._group_id)
+                await producer.commit_transaction()
         except FENCED as error:
             raise self._fenced(task, error) from error
         except KafkaError as error:
@@ -141,8 +146,11 @@ class ExactlyOnce:
             if reopen:
                 await self._begin(task)
             return
+        elapsed = time.monotonic() - started
         self._counters.commits += 1
-        self._counters.commit_seconds += time.monotonic() - started
+        self._counters.commit_seconds += elapsed
+        if self._telemetry.metrics.enabled:
+            self._telemetry.metrics.record_commit(elapsed * 1000, transactional=True)
         self._committed[task].update(offsets)
         if task.state is not None:
             task.state.flush()  # the store catches up with what its changelog now holds
@@ -152,7 +160,8 @@ class ExactlyOnce:
     async def _abort(self, task: Task, rewind: bool) -> None:
         self._counters.aborted_transactions += 1
         try:
-            await task.outputs.producer.abort_transaction()
+            with self._telemetry.tracer.span("abort transaction", {TASK: str(task.id)}):
+                await task.outputs.producer.abort_transaction()
         except FENCED as error:
             raise self._fenced(task, error) from error
         except KafkaError as error:

@@ -24,6 +24,7 @@ from runtime.outputs import Outputs
 from runtime.restore import ChangelogRestorer
 from runtime.state import TaskState
 from runtime.task import Task, TaskFenced, TaskId, TaskServices, build_task
+from runtime.telemetry import Telemetry
 from runtime.topics import ensure_topics
 from runtime.transactions import ExactlyOnce
 from stores import StoreError
@@ -41,10 +42,24 @@ class WorkerFailed(RuntimeError):
 
 
 class Worker:
-    """Runs every task assigned to this process until stopped, caught up, or failed."""
+    """Runs every task assigned to this process until stopped, caught up, or failed.
 
-    def __init__(self, config: AppConfig, bootstrap_servers: str, until_caught_up: bool = False):
+    `telemetry` defaults to what the app's `telemetry:` section asks for, installed as the process's
+    global providers so that processors' own spans are exported too; the worker shuts that one down
+    when it stops (a telemetry passed in is the caller's to shut down). It is `worker.telemetry` for
+    the parts of the engine that report to it.
+    """
+
+    def __init__(
+        self,
+        config: AppConfig,
+        bootstrap_servers: str,
+        until_caught_up: bool = False,
+        telemetry: Telemetry | None = None,
+    ):
         self.config = config
+        self._owns_telemetry = telemetry is None
+        self.telemetry = telemetry or Telemetry(config.telemetry, config.app_id, config.group_id, install_global=True)
         self.counters = Counters()
         self.tasks: dict[TaskId, Task] = {}
         self._clients = Clients(config, bootstrap_servers)
@@ -69,6 +84,15 @@ class Worker:
         return backpressure.paused() if backpressure is not None else set()
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            if self._owns_telemetry:
+                self.telemetry.shutdown()  # exports what is still buffered
+        if self._failure is not None:
+            raise WorkerFailed(str(self._failure)) from self._failure
+
+    async def _run(self) -> None:
         config = self.config
         admin = self._clients.admin()
         await start_with_retries("admin client", self._clients.bootstrap_servers, admin.start)
@@ -131,11 +155,13 @@ class Worker:
         )
         self._backpressure = Backpressure(consumer, config.queue, self.counters)
         self._commits = self._commit_strategy()
-        restorer = ChangelogRestorer(self._restore_consumer, self.counters)
+        restorer = ChangelogRestorer(self._restore_consumer, self.counters, self.telemetry.tracer)
         self._services = TaskServices(
             failures, self.counters, self._serdes, self._commits,
             self._backpressure.after_dequeue, restorer.restore, self._on_ready, self.global_stores.views,
+            self.telemetry,
         )  # fmt: skip
+        self._register_metrics(restorer)
         inputs = config.input_topics()
         if self._until_caught_up:
             tps = [TopicPartition(topic, p) for topic in inputs for p in range(partition_counts[topic])]
@@ -154,11 +180,35 @@ class Worker:
         config, consumer = self.config, self._consumer
         if config.guarantee is Guarantee.EXACTLY_ONCE:
             return ExactlyOnce(config.app_id, config.commit_interval_s, self.counters, self._committed_positions,
-                               self._rewind)  # fmt: skip
+                               self._rewind, self.telemetry)  # fmt: skip
         assert self._shared_outputs is not None
         if config.guarantee is Guarantee.AT_MOST_ONCE:
-            return AtMostOnce(consumer, self._shared_outputs, self.counters)
-        return AtLeastOnce(consumer, self._shared_outputs, self.counters)
+            return AtMostOnce(consumer, self._shared_outputs, self.counters, self.telemetry)
+        return AtLeastOnce(consumer, self._shared_outputs, self.counters, self.telemetry)
+
+    def _register_metrics(self, restorer: ChangelogRestorer) -> None:
+        """Levels the metrics read when they are collected (in the exporter's thread: reads only)."""
+        metrics = self.telemetry.metrics
+        if not metrics.enabled:
+            return
+        metrics.register_counters(self.counters)
+        metrics.register_consumer_lag(self._consumer_lag)
+        metrics.register_queue_depth(lambda: {str(task.id): task.queued for task in list(self.tasks.values())})
+        metrics.register_paused_partitions(lambda: len(self._backpressure.paused()))
+        metrics.register_restore(lambda: dict(restorer.partitions))
+
+    def _consumer_lag(self) -> dict[tuple[str, int], int]:
+        """Per assigned partition: records between the end (the last stable offset under read_committed)
+        and the next record its tasks will process; partitions no task has processed from yet are left out."""
+        lag: dict[tuple[str, int], int] = {}
+        for tp in self._consumer.assignment():
+            end = self._consumer.last_stable_offset(tp)
+            if end is None or end < 0:
+                end = self._consumer.highwater(tp)
+            positions = [task.next_offsets[tp] for task in self._subscribers.get(tp, ()) if tp in task.next_offsets]
+            if end is not None and positions:
+                lag[(tp.topic, tp.partition)] = max(0, end - min(positions))
+        return lag
 
     def _task_outputs(self, task_id: TaskId) -> Outputs:
         if self._shared_outputs is not None:

@@ -34,11 +34,11 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from runtime.telemetry.config import MetricsConfig, OtlpProtocol, TelemetryConfig, TracesConfig
 from runtime.telemetry.metrics import RuntimeMetrics
-from runtime.telemetry.tracing import INSTRUMENTATION_NAME, OtelRecordTracer, RecordTracer
+from runtime.telemetry.tracing import INSTRUMENTATION_NAME, OtelRecordTracer, RecordIds, RecordTracer
 
 log = logging.getLogger(__name__)
 
@@ -79,16 +79,17 @@ class Telemetry:
         self.tracer: RecordTracer = RecordTracer()
         if traces_on:
             assert resource is not None
-            provider = TracerProvider(
-                resource=resource, sampler=_sampler(config.sampling_ratio), shutdown_on_exit=False
-            )
+            ids, ratio = RecordIds(), _ratio(config.sampling_ratio)
+            sampler = None if ratio is None else ParentBased(TraceIdRatioBased(ratio))
+            provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=False, id_generator=ids)
             exporter = _span_exporter(config.traces)
             if exporter is not None:
                 provider.add_span_processor(BatchSpanProcessor(exporter))
             if span_exporter is not None:
                 provider.add_span_processor(SimpleSpanProcessor(span_exporter))
             self.tracer_provider = provider
-            self.tracer = OtelRecordTracer(provider.get_tracer(INSTRUMENTATION_NAME), self.group)
+            tracer = provider.get_tracer(INSTRUMENTATION_NAME)
+            self.tracer = OtelRecordTracer(tracer, self.group, provider.sampler, ids, ratio)
 
         meter = None
         if metrics_on:
@@ -155,13 +156,11 @@ def _resource(config: TelemetryConfig, app_id: str) -> Resource:
     return Resource.create(attributes)
 
 
-def _sampler(ratio: float | None) -> Sampler | None:
-    """Parent-based ratio sampling; None lets the SDK read OTEL_TRACES_SAMPLER (default: sample all)."""
-    if ratio is None:
-        if os.environ.get(OTEL_TRACES_SAMPLER):
-            return None
-        ratio = 1.0
-    return ParentBased(TraceIdRatioBased(ratio))
+def _ratio(configured: float | None) -> float | None:
+    """The ratio of parent-based sampling; None lets the SDK read OTEL_TRACES_SAMPLER (default: sample all)."""
+    if configured is None and os.environ.get(OTEL_TRACES_SAMPLER):
+        return None
+    return 1.0 if configured is None else configured
 
 
 def _protocol(configured: OtlpProtocol | None, signal_variable: str) -> OtlpProtocol:

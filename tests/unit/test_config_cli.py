@@ -187,6 +187,21 @@ CASES = [
         expected=(r"kafka\.client\.sasl_plain_password: environment variable NOPE_SECRET is not set",),
     ),
     Case(
+        "telemetry exporter not one of the choices",
+        set_top(telemetry={"traces": {"exporter": "jaeger"}}),
+        expected=(r"telemetry\.traces\.exporter: Input should be 'otlp', 'console' or 'none'",),
+    ),
+    Case(
+        "sampling ratio above 1",
+        set_top(telemetry={"sampling_ratio": 1.5}),
+        expected=(r"telemetry\.sampling_ratio: Input should be less than or equal to 1",),
+    ),
+    Case(
+        "typo in the telemetry section",
+        set_top(telemetry={"metrics": {"exporter": "prometheus", "prot": 9464}}),
+        expected=(r"telemetry\.metrics\.prot: Extra inputs are not permitted",),
+    ),
+    Case(
         "invalid YAML syntax",
         text="app_id: broken\ntopics:\n  orders: {partitions: 3\nprocessors: []\n",
         expected=(r"is not valid YAML", r"line \d+, column \d+"),
@@ -327,3 +342,16 @@ def test_a_store_takes_its_own_snapshot_location_else_the_apps() -> None:
     locations = {name: getattr(config.snapshots_for(spec), "location", None) for name, spec in stores.items()}
     assert locations == {"plain": Path("/mnt/snapshots"), "own": Path("/mnt/other"), "in-memory": None,
                          "local-only": None}  # fmt: skip
+
+
+def test_telemetry_that_cannot_be_set_up_is_a_config_error(
+    guard_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "carrier-pigeon")
+    app = copy.deepcopy(VALID)
+    app["telemetry"] = {"traces": {"exporter": "otlp"}}
+    path = write_yaml(tmp_path / "app.yaml", app)
+    result = run_cli(path, guard_dir)
+    assert_config_error(
+        result.stderr, result.returncode, path, (r"telemetry: OTLP protocol 'carrier-pigeon' is not supported",)
+    )

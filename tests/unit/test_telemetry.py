@@ -12,15 +12,16 @@ from opentelemetry import baggage, trace
 from opentelemetry import context as context_api
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.trace import SpanKind, StatusCode
 from pydantic import ValidationError
 
 from runtime.counters import Counters
 from runtime.telemetry import RecordTracer, Telemetry, TelemetryConfig, setup
 from runtime.telemetry.setup import _http_endpoint
-from runtime.telemetry.tracing import PendingOutput, extract
+from runtime.telemetry.tracing import PendingOutput, extract, write_fields
 
 TRACED = TelemetryConfig.model_validate({"traces": {"exporter": "none"}})
 
@@ -239,6 +240,64 @@ def test_sampling_ratio_zero_records_no_new_trace_but_follows_a_sampled_parent(s
         with telemetry.tracer.start_process_span("orders", 0, 2, None, headers):
             pass
         assert len(spans.get_finished_spans()) == 1
+    finally:
+        telemetry.shutdown()
+
+
+def test_dropped_records_skip_the_sdk_and_pass_an_unsampled_context_on(spans: InMemorySpanExporter) -> None:
+    config = TelemetryConfig.model_validate({"sampling_ratio": 0.0})
+    telemetry = Telemetry(config, "app", span_exporter=spans)
+    user_spans = InMemorySpanExporter()
+    assert telemetry.tracer_provider is not None
+    telemetry.tracer_provider.add_span_processor(SimpleSpanProcessor(user_spans))
+    user_tracer = telemetry.tracer_provider.get_tracer("user")
+    tracer = telemetry.tracer
+    try:
+        outputs: list[PendingOutput] = []
+        copied = [("traceparent", b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01")]  # stale: copied from elsewhere
+        with tracer.batch_context():
+            for _ in range(2):
+                fields = tracer.dropped_fields("orders", 0, [("app", b"upstream")])
+                assert fields is not None
+                with user_tracer.start_as_current_span("lookup") as user_span:
+                    assert not user_span.is_recording()  # below the batch's dropped span: dropped too
+                outputs.append(("out", None, b"v", copied))
+                write_fields(outputs, len(outputs) - 1, fields)
+        contexts = [trace.get_current_span(extract(output[3])).get_span_context() for output in outputs]
+        assert [len(output[3]) for output in outputs] == [1, 1]
+        assert all(context.is_valid and not context.trace_flags.sampled for context in contexts)
+        assert contexts[0].trace_id != contexts[1].trace_id  # a trace of its own each, as the SDK would give
+
+        # A record whose parent was not sampled passes that parent's context on as it came.
+        unsampled = [("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-00"), ("tracestate", b"k=v")]
+        assert tracer.dropped_fields("orders", 0, [*unsampled, ("app", b"x")]) == unsampled
+        # Sampled parents, baggage and malformed contexts take the full path.
+        for headers in (
+            [("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01")],
+            [*unsampled, ("baggage", b"tenant=acme")],
+            [("traceparent", b"00-" + b"z" * 32 + b"-" + b"b" * 16 + b"-00")],
+        ):
+            assert tracer.dropped_fields("orders", 0, headers) is None
+        assert spans.get_finished_spans() == () and user_spans.get_finished_spans() == ()
+    finally:
+        telemetry.shutdown()
+
+
+def test_the_ratio_samples_that_share_of_new_traces_with_the_trace_id_it_decided_on(
+    spans: InMemorySpanExporter,
+) -> None:
+    config = TelemetryConfig.model_validate({"sampling_ratio": 0.25})
+    telemetry = Telemetry(config, "app", span_exporter=spans)
+    try:
+        for offset in range(4000):
+            if telemetry.tracer.dropped_fields("orders", 0, []) is None:
+                with telemetry.tracer.start_process_span("orders", 0, offset, None, []):
+                    pass
+        sampled = spans.get_finished_spans()
+        assert 800 < len(sampled) < 1200
+        bound = TraceIdRatioBased.get_bound_for_rate(0.25)
+        for span in sampled:
+            assert span.context is not None and span.context.trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < bound
     finally:
         telemetry.shutdown()
 

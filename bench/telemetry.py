@@ -1,0 +1,127 @@
+"""Telemetry's cost: stateless throughput with tracing off, at ratio 0.01 and at ratio 1.0.
+
+`python -m bench.telemetry [--records 1000000] [--runs 5] [--partitions 6] [--bootstrap HOST:PORT]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.app import REPO_ROOT, AppSpec
+from bench.broker import create_topics, kafka
+from bench.data import fill_topic
+from bench.otlp_sink import OtlpSink
+from bench.stats import median, run_directory, write_result
+from bench.throughput import Measurement, describe, fresh_output, median_of, run_app
+from tests.jaeger_server import LocalJaeger, jaeger_is_built
+
+# Name -> sampling ratio of the traces exported over OTLP (None: telemetry off, the default).
+VARIANTS = {"none": None, "ratio 0.01": 0.01, "ratio 1.0": 1.0}
+
+
+def telemetry_section(ratio: float | None, endpoint: str) -> dict[str, Any]:
+    if ratio is None:
+        return {}
+    return {"sampling_ratio": ratio, "traces": {"exporter": "otlp", "endpoint": endpoint}}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.telemetry", description=__doc__)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local broker")
+    parser.add_argument("--guarantee", default="at_least_once")
+    return parser.parse_args()
+
+
+@contextlib.contextmanager
+def otlp_receiver(workdir: Path) -> Iterator[tuple[str, str]]:
+    """The local Jaeger when scripts/jaeger.sh has built it, else a sink that drops what it gets."""
+    if jaeger_is_built():
+        jaeger = LocalJaeger(workdir / "jaeger.log")
+        jaeger.start()
+        try:
+            yield "Jaeger v2 (in-memory storage)", jaeger.otlp_endpoint
+        finally:
+            jaeger.stop()
+    else:
+        with OtlpSink() as sink:
+            yield "a local OTLP sink", sink.endpoint
+
+
+def run_variant(
+    bootstrap: str, input_topic: str, args: argparse.Namespace, workdir: Path, telemetry: dict[str, Any]
+) -> Measurement:
+    spec = AppSpec(
+        app_id=f"bench-telemetry-{uuid.uuid4().hex[:8]}",
+        bootstrap=bootstrap,
+        input_topic=input_topic,
+        output_topic=asyncio.run(fresh_output(bootstrap, args.partitions)),
+        partitions=args.partitions,
+        processor_class="bench.processors:Transform",
+        guarantee=args.guarantee,
+        extra={"telemetry": telemetry} if telemetry else {},
+    )
+    measured, _ = run_app(spec, workdir, args.records)
+    return measured
+
+
+def main() -> None:
+    args = parse_args()
+    workdir = run_directory("telemetry")
+    input_topic = f"bench-in-{uuid.uuid4().hex[:8]}"
+    runs: dict[str, list[Measurement]] = {name: [] for name in VARIANTS}
+    with kafka(args.bootstrap) as bootstrap, otlp_receiver(workdir) as (receiver, endpoint):
+        print(f"traces go over OTLP/HTTP to {receiver} at {endpoint}")
+        asyncio.run(create_topics(bootstrap, {input_topic: args.partitions}))
+        print(f"filling {input_topic} ({args.partitions} partitions) with {args.records:,} records ...")
+        fill_rate = asyncio.run(fill_topic(bootstrap, input_topic, args.records, args.partitions))
+        print(f"  produced at {fill_rate:,.0f} rec/s")
+        for run in range(1, args.runs + 1):
+            for name, ratio in VARIANTS.items():
+                measured = run_variant(bootstrap, input_topic, args, workdir, telemetry_section(ratio, endpoint))
+                runs[name].append(measured)
+                relative = measured.rate(args.records) / runs["none"][-1].rate(args.records)
+                line = describe(f"{name:>10}", measured, args.records)
+                print(f"run {run}/{args.runs}: {line}   /none {relative:.2f}")
+    rates = {name: [m.rate(args.records) for m in measured] for name, measured in runs.items()}
+    summary = {
+        name: {
+            "rate": median(rates[name]),
+            "ratio_to_none": median([r / n for r, n in zip(rates[name], rates["none"], strict=True)]),
+            "processing_rate": median_of(m.inner_rate(args.records) for m in measured),
+        }
+        for name, measured in runs.items()
+    }
+    print(f"median of {args.runs} (wall clock of each process, start-up included; processing only in brackets):")
+    for name, figures in summary.items():
+        print(
+            f"  {name:>10}: {figures['rate']:8,.0f} rec/s ({figures['processing_rate']:8,.0f} rec/s)"
+            f"   /none {figures['ratio_to_none']:.2f}"
+        )
+    path = write_result(
+        workdir,
+        "telemetry",
+        {
+            "records": args.records,
+            "partitions": args.partitions,
+            "guarantee": args.guarantee,
+            "receiver": receiver,
+            "fill_rate": fill_rate,
+            "runs": {name: [asdict(m) for m in measured] for name, measured in runs.items()},
+            "median": summary,
+        },
+    )
+    print(f"result: {path.relative_to(REPO_ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -56,13 +56,8 @@ class GlobalStores:
     def views(self) -> Mapping[str, ReadOnlyStore]:
         return {name: store.view for name, store in self._stores.items()}
 
-    def lag(self) -> dict[tuple[str, int], int]:
-        """Records per partition not yet applied, against the end offsets last seen."""
-        return {(tp.topic, tp.partition): max(0, self._ends.get(tp, 0) - position)
-                for tp, position in self._positions.items()}  # fmt: skip
-
     def positions(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """(next offset to apply, end offset last seen) per partition."""
+        """(next offset to apply, end offset last seen) per partition; read by the metrics' thread."""
         return {(tp.topic, tp.partition): (position, self._ends.get(tp, 0)) for tp, position in self._positions.items()}
 
     def failures(self, name: str) -> list[Any]:

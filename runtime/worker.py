@@ -107,7 +107,9 @@ class Worker:
         self.global_stores = GlobalStores(config, self._clients, self.counters)
         try:
             try:
-                await self.global_stores.bootstrap(partition_counts)
+                with self.telemetry.tracer.span("global-store bootstrap", {"kafka_actor.global_stores":
+                                                                            sorted(config.global_stores)}):  # fmt: skip
+                    await self.global_stores.bootstrap(partition_counts)
             except StoreError as error:  # a refused snapshot, a store in use: the message says it all
                 raise WorkerFailed(str(error)) from error
             self._follower = asyncio.create_task(self.global_stores.follow(), name="global stores")
@@ -196,6 +198,7 @@ class Worker:
         metrics.register_queue_depth(lambda: {str(task.id): task.queued for task in list(self.tasks.values())})
         metrics.register_paused_partitions(lambda: len(self._backpressure.paused()))
         metrics.register_restore(lambda: dict(restorer.partitions))
+        metrics.register_global_store_offsets(self.global_stores.positions)
 
     def _consumer_lag(self) -> dict[tuple[str, int], int]:
         """Per assigned partition: records between the end (the last stable offset under read_committed)

@@ -53,6 +53,12 @@ COUNTER_FIELDS: Final = {
     "resumes": ("partitions.resumes", "{resume}", "Times paused partitions were resumed."),
     "assignments": ("rebalance.assignments", "{rebalance}", "Partition assignments received."),
     "revocations": ("rebalance.revocations", "{rebalance}", "Partition revocations received."),
+    "global_records": ("global_store.records", "{record}", "Records read into global stores."),
+    "global_store_errors": ("global_store.errors", "{record}", "Global-store records that could not be applied."),
+    "global_bootstrap_seconds": ("global_store.bootstrap.time", "s", "Time the global stores took to bootstrap."),
+    "snapshot_ingests": ("restore.snapshot.ingests", "{partition}", "Store partitions loaded from snapshots."),
+    "snapshot_rows": ("restore.snapshot.rows", "{row}", "Rows loaded from store snapshots."),
+    "snapshot_seconds": ("restore.snapshot.time", "s", "Time spent loading store snapshots."),
 }
 
 # Per-record processing is usually well under a millisecond; the SDK's default buckets start at 5 ms.
@@ -102,7 +108,7 @@ class RuntimeMetrics:
         self._queues: _Sources[Mapping[str, int]] = _Sources("queue depth")
         self._paused: _Sources[int] = _Sources("paused partitions")
         self._restore: _Sources[Mapping[tuple[str, int], tuple[int, int]]] = _Sources("restore progress")
-        self._global_lag: _Sources[PartitionValues] = _Sources("global-store lag")
+        self._global: _Sources[Mapping[tuple[str, int], tuple[int, int]]] = _Sources("global-store offsets")
         self._processor_attributes: dict[str, Attributes] = {}
         self._commit_attributes = {
             True: {"kafka_actor.transactional": True},
@@ -142,9 +148,14 @@ class RuntimeMetrics:
             "{record}",
             "Changelog records still to restore.",
         )
-        meter.create_observable_gauge(
-            PREFIX + "global_store.lag", [self._observe_global_lag], "{record}", "Global-store records not yet applied."
-        )
+        for which, (name, description) in enumerate(
+            (
+                ("global_store.position", "Next offset a global store applies, per partition of its topic."),
+                ("global_store.end_offset", "End offset of a global store's topic, as last seen."),
+                ("global_store.lag", "Global-store records not yet applied."),
+            )
+        ):
+            meter.create_observable_gauge(PREFIX + name, [self._observe_global(which)], "{record}", description)
 
     # Registration: each returns a function that removes what it registered (e.g. when a worker stops).
 
@@ -176,11 +187,11 @@ class RuntimeMetrics:
         """`callback` returns {(changelog topic, partition): (records restored, records remaining)}."""
         return self._restore.add(callback, attributes)
 
-    def register_global_store_lag(
-        self, callback: Callable[[], PartitionValues], attributes: Attributes | None = None
+    def register_global_store_offsets(
+        self, callback: Callable[[], Mapping[tuple[str, int], tuple[int, int]]], attributes: Attributes | None = None
     ) -> Unregister:
-        """`callback` returns {(global-store topic, partition): records not yet applied}."""
-        return self._global_lag.add(callback, attributes)
+        """`callback` returns {(global-store topic, partition): (next offset applied, end offset)}."""
+        return self._global.add(callback, attributes)
 
     # Recorded as they happen: call only when `enabled`.
 
@@ -223,12 +234,18 @@ class RuntimeMetrics:
             for (topic, partition), lag in values.items()
         ]
 
-    def _observe_global_lag(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [
-            Observation(lag, self._partition_attributes(topic, partition, extra))
-            for values, extra in self._global_lag.read()
-            for (topic, partition), lag in values.items()
-        ]
+    def _observe_global(self, which: int) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            return [
+                Observation(
+                    (position, end, max(0, end - position))[which],
+                    self._partition_attributes(topic, partition, extra),
+                )
+                for values, extra in self._global.read()
+                for (topic, partition), (position, end) in values.items()
+            ]
+
+        return observe
 
     def _observe_queues(self, options: CallbackOptions) -> Iterable[Observation]:
         return [

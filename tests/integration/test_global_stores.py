@@ -9,12 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from examples.acquirers.terminals import table_row
 from runtime.config import AppConfig, parse_app
+from runtime.telemetry import Telemetry
 from runtime.worker import Worker, WorkerFailed
 from stores.snapshot import finish_snapshot
 from tests.conftest import TopicNamer
+from tests.integration.test_telemetry import point_values, single
 from tests.kafka_helpers import create_topic, produce, read_topic
 
 pytestmark = pytest.mark.anyio
@@ -236,3 +240,29 @@ async def test_a_snapshot_of_another_app_is_refused(
     worker = Worker(router_app(names, tmp_path / "state", snapshots=snapshots), kafka_bootstrap, until_caught_up=True)
     with pytest.raises(WorkerFailed, match=r"global store terminal-acquirer: refusing snapshot .* app='someone-else'"):
         await worker.run()
+
+
+async def test_metrics_show_positions_end_offsets_lag_errors_and_bootstrap_time(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    names = Names(topic_name)
+    await prepare(kafka_bootstrap, names)
+    await produce(kafka_bootstrap, names.table, [*rows(300), (b"T999999", b"not json")])
+    config = router_app(names, tmp_path)
+    reader, spans = InMemoryMetricReader(), InMemorySpanExporter()
+    telemetry = Telemetry(config.telemetry, config.app_id, span_exporter=spans, metric_reader=reader)
+    await asyncio.wait_for(Worker(config, kafka_bootstrap, until_caught_up=True, telemetry=telemetry).run(), 120)
+
+    table = await read_topic(kafka_bootstrap, names.table)
+    ends = {p: max(r.offset for r in table if r.partition == p) + 1 for p in {r.partition for r in table}}
+    values = point_values(reader)
+    for name in ("kafka_actor.global_store.position", "kafka_actor.global_store.end_offset"):
+        by_partition = {int(a["messaging.destination.partition.id"]): v for a, v in values[name]}
+        assert by_partition == ends, name
+    assert {a["messaging.destination.name"] for a, _ in values["kafka_actor.global_store.lag"]} == {names.table}
+    assert all(lag == 0 for _, lag in values["kafka_actor.global_store.lag"])
+    assert single(values, "kafka_actor.global_store.records") == 301
+    assert single(values, "kafka_actor.global_store.errors") == 1
+    assert single(values, "kafka_actor.global_store.bootstrap.time") > 0
+    (bootstrap,) = [span for span in spans.get_finished_spans() if span.name == "global-store bootstrap"]
+    assert tuple((bootstrap.attributes or {})["kafka_actor.global_stores"]) == (STORE,)  # type: ignore[arg-type]

@@ -327,7 +327,7 @@ def test_metrics_read_counters_and_gauge_callbacks() -> None:
     metrics.register_queue_depth(lambda: {"enrich[0]": 12})
     metrics.register_paused_partitions(lambda: 2)
     metrics.register_restore(lambda: {("app-payments-changelog", 0): (300, 700)})
-    unregister = metrics.register_global_store_lag(lambda: {("rates", 0): 4})
+    unregister = metrics.register_global_store_offsets(lambda: {("rates", 0): (6, 10)})
     metrics.register_paused_partitions(lambda: 1 // 0)  # a broken callback costs only its own values
 
     counters.consumed += 10
@@ -355,6 +355,8 @@ def test_metrics_read_counters_and_gauge_callbacks() -> None:
     assert [value for _, value in points["kafka_actor.restore.records.done"]] == [300]
     assert [value for _, value in points["kafka_actor.restore.records.remaining"]] == [700]
     assert [value for _, value in points["kafka_actor.global_store.lag"]] == [4]
+    assert [value for _, value in points["kafka_actor.global_store.position"]] == [6]
+    assert [value for _, value in points["kafka_actor.global_store.end_offset"]] == [10]
     [(attributes, histogram)] = points["kafka_actor.process.duration"]
     assert attributes == {"kafka_actor.processor": "enrich"}
     assert histogram.count == 1 and histogram.sum == pytest.approx(0.3)

@@ -33,9 +33,9 @@ from examples.acquirers.generate import (
     produce,
     table,
 )
+from examples.broker import kafka
 from examples.payments.run import check, end_offsets, ensure_topics, read_ids
 from runtime.config import AppConfig, load_app
-from runtime.devkafka import managed
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_YAML = Path("examples/acquirers/app.yaml")  # relative to ROOT, as a user would type it
@@ -178,19 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     # The producers retry on their own while new topics elect their leaders; what they give up on still raises.
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
 
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    started_broker = False
-    if not bootstrap:
-        print("starting the local Kafka broker (the first time downloads Kafka from Maven Central) ...", flush=True)
-        broker, started_broker = managed.start()
-        bootstrap = broker.bootstrap_servers
-        print(f"Kafka at {bootstrap} ({'started now' if started_broker else 'already running'})")
-    try:
+    with kafka(args.keep_broker) as bootstrap:
         phases = demo(APP_YAML, bootstrap, args.terminals, args.payments, seed, args.timeout)
-    finally:
-        if started_broker and not args.keep_broker:
-            print("stopping the local Kafka broker")
-            managed.stop()
     return verdict(phases)
 
 

@@ -26,9 +26,9 @@ import msgpack
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from examples.broker import kafka
 from examples.payments.generate import INVALID, POISON, VALID, Payment, make_payments, produce_payments
 from runtime.config import AppConfig, load_app
-from runtime.devkafka import managed
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_YAML = Path("examples/payments/app.yaml")  # relative to ROOT, as a user would type it
@@ -284,19 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
 
     config = load_app(ROOT / APP_YAML)
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    started_broker = False
-    if not bootstrap:
-        print("starting the local Kafka broker (the first time downloads Kafka from Maven Central) ...", flush=True)
-        broker, started_broker = managed.start()
-        bootstrap = broker.bootstrap_servers
-        print(f"Kafka at {bootstrap} ({'started now' if started_broker else 'already running'})")
-    try:
+    with kafka(args.keep_broker) as bootstrap:
         return demo(config, bootstrap, args.count, args.invalid_ratio, args.poison_ratio, seed, args.timeout)
-    finally:
-        if started_broker and not args.keep_broker:
-            print("stopping the local Kafka broker")
-            managed.stop()
 
 
 def demo(

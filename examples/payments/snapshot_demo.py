@@ -33,10 +33,10 @@ from typing import Any
 import msgpack
 import yaml
 
+from examples.broker import kafka
 from examples.payments.generate import make_payments, opening_totals, produce_payments
 from examples.payments.run import APP_YAML, ROOT, Totals, added_totals, ensure_topics, unread
 from runtime.config import AppConfig, load_app
-from runtime.devkafka import managed
 from stores.rocksdb import RocksDBBackend
 
 STORE = "account-totals"
@@ -142,17 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="payments-snapshots-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    started_broker = False
-    if not bootstrap:
-        print("starting the local Kafka broker ...", flush=True)
-        broker, started_broker = managed.start()
-        bootstrap = broker.bootstrap_servers
-    try:
+    with kafka() as bootstrap:
         return demo(bootstrap, workdir, args.count, args.after, args.seed, args.timeout)
-    finally:
-        if started_broker:
-            managed.stop()
 
 
 def demo(bootstrap: str, workdir: Path, count: int, after: int, seed: int, timeout_s: float) -> int:

@@ -39,12 +39,17 @@ MEMTABLE_BYTES = 32 * 1024 * 1024
 """Memtables of all databases of the process together; past it the largest is flushed."""
 
 _META_COLUMN_FAMILY = "changelog"
-_OFFSET_KEY_PREFIX = b"offset."
+_OFFSET_KEY = b"offset"
 _OFFSET = struct.Struct(">q")
 
 
 def _offset_key(source: int) -> bytes:
-    return _OFFSET_KEY_PREFIX + str(source).encode()
+    """`offset` for source 0 (a task store's changelog: the key stores have always used), else `offset.<n>`."""
+    return _OFFSET_KEY if source == 0 else b"%s.%d" % (_OFFSET_KEY, source)
+
+
+def _source_of(key: bytes) -> int:
+    return 0 if key == _OFFSET_KEY else int(key.removeprefix(_OFFSET_KEY + b"."))
 
 
 # Names RocksDB and rocksdict create in a database directory; `wipe` deletes nothing else.
@@ -112,7 +117,7 @@ class RocksDBBackend:
         offsets: dict[int, int] = {}
         for key, value in meta.items():
             assert isinstance(key, bytes) and isinstance(value, bytes)  # raw mode
-            offsets[int(key.removeprefix(_OFFSET_KEY_PREFIX))] = _OFFSET.unpack(value)[0]
+            offsets[_source_of(key)] = _OFFSET.unpack(value)[0]
         del meta  # a column family object keeps the database, and its lock, alive
         return db, db.get_column_family_handle(_META_COLUMN_FAMILY), offsets
 

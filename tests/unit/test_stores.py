@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import sys
 import tempfile
@@ -13,7 +14,7 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rocksdict import Options, SstFileWriter
+from rocksdict import Options, Rdict, SstFileWriter
 
 from processors.serdes import BytesSerde, StrSerde
 from stores import (
@@ -432,3 +433,20 @@ def test_changelog_restores_the_same_contents(
             assert list(reopened.range()) == expected
             assert reopened.changelog_offset() == len(stream)
             reopened.close()
+
+
+def test_rocksdb_keeps_a_task_stores_offset_where_it_always_was(tmp_path: Path) -> None:
+    """Stores written before global stores (one offset, under the key `offset`) open with it."""
+    backend = RocksDBBackend(tmp_path / "db")
+    backend.write([(b"a", b"1")], 41)
+    backend.write([(b"b", b"2")], 7, source=3)
+    backend.close()
+    raw = Rdict(str(tmp_path / "db"), column_families={"changelog": Options(raw_mode=True)},
+                options=Options(raw_mode=True))  # fmt: skip
+    meta = raw.get_column_family("changelog")
+    assert dict(meta.items()) == {b"offset": struct.pack(">q", 41), b"offset.3": struct.pack(">q", 7)}
+    del meta
+    raw.close()
+    reopened = RocksDBBackend(tmp_path / "db")
+    assert (reopened.changelog_offset(), reopened.changelog_offset(3)) == (41, 7)
+    reopened.close()

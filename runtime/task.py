@@ -287,7 +287,7 @@ class Task:
                             raw.timestamp,
                             None if raw.key is None else decode_key(raw.key),
                             None if raw.value is None else decode_value(raw.value),
-                            tuple(raw.headers),
+                            raw.headers,
                         )
                     except Exception as error:  # any decoding error goes to the policy
                         failures.handle(Stage.DESERIALIZATION, name, raw, error, self.outputs)

@@ -17,10 +17,10 @@ from typing import Any
 from bench.app import REPO_ROOT, AppSpec
 from bench.broker import create_topics, kafka
 from bench.data import fill_topic
-from bench.otlp_sink import OtlpSink
 from bench.stats import median, run_directory, write_result
 from bench.throughput import Measurement, describe, fresh_output, median_of, run_app
 from tests.jaeger_server import LocalJaeger, jaeger_is_built
+from tests.otlp_receiver import OtlpReceiver
 
 # Name -> sampling ratio of the traces exported over OTLP (None: telemetry off, the default).
 VARIANTS = {"none": None, "ratio 0.01": 0.01, "ratio 1.0": 1.0}
@@ -53,7 +53,7 @@ def otlp_receiver(workdir: Path) -> Iterator[tuple[str, str]]:
         finally:
             jaeger.stop()
     else:
-        with OtlpSink() as sink:
+        with OtlpReceiver() as sink:
             yield "a local OTLP sink", sink.endpoint
 
 

@@ -22,7 +22,6 @@ from runtime.outputs import Outputs
 from runtime.state import TaskState
 from runtime.task_context import TaskContext, TopicSerdes
 from runtime.telemetry import Telemetry
-from runtime.telemetry.tracing import write_fields
 from stores import ReadOnlyStore
 
 log = logging.getLogger(__name__)
@@ -272,11 +271,11 @@ class Task:
         process, context, counters = self._processor.process, self._context, self._services.counters
         failures, name = self._services.failures, self.id.processor
         tracer, metrics = self._services.telemetry.tracer, self._services.telemetry.metrics
-        start_span, dropped_fields, timed = tracer.start_process_span, tracer.dropped_fields, metrics.enabled
+        start_span, timed = tracer.start_process_span, metrics.enabled
         pending = context.pending
         try:
             with tracer.batch_context():
-                for raw in records:
+                for raw, decision in zip(records, tracer.decide(records), strict=True):
                     if self._stopping:
                         return
                     try:
@@ -295,19 +294,20 @@ class Task:
                         continue
                     released = len(pending)
                     started = time.perf_counter() if timed else 0.0
-                    fields = dropped_fields(raw.topic, raw.partition, raw.headers)
                     try:
-                        if fields is None:
-                            with start_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers, None, pending):
-                                result = process(record, context)
-                                if self._is_async:
-                                    await result  # type: ignore[misc]
-                        else:
+                        if decision.__class__ is tuple:  # dropped: no span, the decision is the outputs' context
+                            context.trace_fields = decision
                             result = process(record, context)
                             if self._is_async:
                                 await result  # type: ignore[misc]
-                            if len(pending) > released:
-                                write_fields(pending, released, fields)
+                        else:
+                            scope = start_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers, None,
+                                               decision)  # fmt: skip
+                            with scope:
+                                context.trace_fields = scope.fields
+                                result = process(record, context)
+                                if self._is_async:
+                                    await result  # type: ignore[misc]
                     except Exception as error:  # any processor error goes to the policy
                         del pending[released:]  # nothing of a failed record escapes
                         failures.handle(Stage.PROCESSING, name, raw, error, self.outputs)
@@ -319,6 +319,7 @@ class Task:
                         self._release_outputs()  # see _process_batch
                     self.next_offsets[tp] = raw.offset + 1
         finally:
+            context.trace_fields = ()  # punctuations' outputs belong to no record
             self._release_outputs()
 
     def _release_outputs(self) -> None:

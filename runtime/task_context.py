@@ -10,6 +10,7 @@ from typing import Any
 from processors.context import Context, Punctuation
 from processors.serdes import Serde
 from runtime.state import TaskState
+from runtime.telemetry.tracing import with_fields
 from stores import KeyValueStore, ReadOnlyStore
 
 TopicSerdes = Mapping[str, tuple[Serde, Serde]]
@@ -40,6 +41,8 @@ class TaskContext(Context):
     _global_stores: Mapping[str, ReadOnlyStore]
     _state: TaskState | None = None
     pending: list[PendingOutput] = field(default_factory=list)
+    # The trace context of the record being processed, which `send` gives its outputs (when traced).
+    trace_fields: Sequence[tuple[str, bytes]] = ()
     punctuators: list[Punctuator] = field(default_factory=list)
     # One lookup per `send` finds both encoders, and an output not declared is simply missing.
     _encoders: dict[str, tuple[Encode, Encode]] = field(init=False)
@@ -80,13 +83,13 @@ class TaskContext(Context):
                 f"processor '{self._processor_name}' sent to '{topic}', which is not among its outputs "
                 f"{sorted(self._outputs_allowed)}"
             ) from None
+        if headers:
+            if self.trace_fields:
+                headers = with_fields(headers, self.trace_fields)
+        else:
+            headers = self.trace_fields
         self.pending.append(
-            (
-                topic,
-                None if key is None else encode_key(key),
-                None if value is None else encode_value(value),
-                headers or (),
-            )
+            (topic, None if key is None else encode_key(key), None if value is None else encode_value(value), headers)
         )
 
     def store(self, name: str) -> KeyValueStore:

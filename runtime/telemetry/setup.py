@@ -38,7 +38,9 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from runtime.telemetry.config import MetricsConfig, OtlpProtocol, TelemetryConfig, TracesConfig
 from runtime.telemetry.metrics import RuntimeMetrics
-from runtime.telemetry.tracing import INSTRUMENTATION_NAME, OtelRecordTracer, RecordIds, RecordTracer
+from runtime.telemetry.record_span import RecordSpan, RecordSpanSink
+from runtime.telemetry.record_span_export import RecordSpanExport, exporting_now
+from runtime.telemetry.tracing import INSTRUMENTATION_NAME, OtelRecordTracer, RecordTracer
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +55,9 @@ class Telemetry:
     """The app's tracer and metrics, and the providers behind them (None when that signal is off).
 
     `span_exporter` and `metric_reader` add an exporter or reader to what the config asks for, and
-    switch the signal on by themselves: tests pass in-memory ones. An injected span exporter gets a
-    `SimpleSpanProcessor`, so spans reach it when they end.
+    switch the signal on by themselves: tests pass in-memory ones. An injected span exporter gets
+    spans as they end, record spans included; a configured one gets them in batches, record spans
+    through a `RecordSpanExport`, the runtime's and the processors' own through a `BatchSpanProcessor`.
     """
 
     def __init__(
@@ -72,6 +75,7 @@ class Telemetry:
         self.tracer_provider: TracerProvider | None = None
         self.meter_provider: MeterProvider | None = None
         self._closers: list[Callable[[], None]] = []
+        self._record_span_export: RecordSpanExport | None = None
         traces_on = config.traces.exporter != "none" or span_exporter is not None
         metrics_on = config.metrics.exporter != "none" or metric_reader is not None
         resource = _resource(config, app_id) if traces_on or metrics_on else None
@@ -79,17 +83,23 @@ class Telemetry:
         self.tracer: RecordTracer = RecordTracer()
         if traces_on:
             assert resource is not None
-            ids, ratio = RecordIds(), _ratio(config.sampling_ratio)
+            ratio = _ratio(config.sampling_ratio)
             sampler = None if ratio is None else ParentBased(TraceIdRatioBased(ratio))
-            provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=False, id_generator=ids)
-            exporter = _span_exporter(config.traces)
+            provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=False)
+            sinks: list[RecordSpanSink] = []
+            exporter = configured_span_exporter(config.traces)
             if exporter is not None:
                 provider.add_span_processor(BatchSpanProcessor(exporter))
+                self._record_span_export = RecordSpanExport(
+                    configured_span_exporter(config.traces) or exporter, resource, INSTRUMENTATION_NAME
+                )
+                sinks.append(self._record_span_export)
             if span_exporter is not None:
                 provider.add_span_processor(SimpleSpanProcessor(span_exporter))
+                sinks.append(exporting_now(span_exporter, resource, INSTRUMENTATION_NAME))
             self.tracer_provider = provider
             tracer = provider.get_tracer(INSTRUMENTATION_NAME)
-            self.tracer = OtelRecordTracer(tracer, self.group, provider.sampler, ids, ratio)
+            self.tracer = OtelRecordTracer(tracer, _fan_out(sinks), self.group, provider.sampler, ratio)
 
         meter = None
         if metrics_on:
@@ -113,6 +123,8 @@ class Telemetry:
         return self.tracer_provider is not None or self.meter_provider is not None
 
     def force_flush(self, timeout_ms: int = 10_000) -> None:
+        if self._record_span_export is not None:
+            self._record_span_export.force_flush(timeout_ms / 1000)
         if self.tracer_provider is not None:
             self.tracer_provider.force_flush(timeout_ms)
         if self.meter_provider is not None:
@@ -120,6 +132,9 @@ class Telemetry:
 
     def shutdown(self) -> None:
         """Export what is still buffered, then stop the exporters and the Prometheus endpoint."""
+        if self._record_span_export is not None:
+            self._record_span_export.shutdown()
+            self._record_span_export = None
         if self.tracer_provider is not None:
             self.tracer_provider.shutdown()  # flushes the batch processors first
         if self.meter_provider is not None:
@@ -144,6 +159,17 @@ class Telemetry:
         else:
             return None
         return PeriodicExportingMetricReader(exporter, export_interval_millis=config.export_interval_ms)
+
+
+def _fan_out(sinks: list[RecordSpanSink]) -> RecordSpanSink:
+    if len(sinks) == 1:
+        return sinks[0]
+
+    def to_all(span: RecordSpan) -> None:
+        for sink in sinks:
+            sink(span)
+
+    return to_all
 
 
 def _resource(config: TelemetryConfig, app_id: str) -> Resource:
@@ -181,7 +207,7 @@ def _http_endpoint(endpoint: str | None, signal_path: str) -> str | None:
     return endpoint
 
 
-def _span_exporter(config: TracesConfig) -> SpanExporter | None:
+def configured_span_exporter(config: TracesConfig) -> SpanExporter | None:
     if config.exporter == "console":
         return ConsoleSpanExporter()
     if config.exporter != "otlp":

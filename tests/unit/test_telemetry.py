@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,10 +20,13 @@ from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.trace import SpanKind, StatusCode
 from pydantic import ValidationError
 
+from processors.serdes import resolve_serde
 from runtime.counters import Counters
+from runtime.task_context import TaskContext
 from runtime.telemetry import RecordTracer, Telemetry, TelemetryConfig, setup
 from runtime.telemetry.setup import _http_endpoint
-from runtime.telemetry.tracing import PendingOutput, extract, write_fields
+from runtime.telemetry.tracing import extract
+from tests.otlp_receiver import OtlpReceiver
 
 TRACED = TelemetryConfig.model_validate({"traces": {"exporter": "none"}})
 
@@ -153,34 +158,27 @@ def test_inject_gives_outputs_the_process_span_context(telemetry: Telemetry, spa
     assert telemetry.tracer.inject([("a", b"1")]) == [("a", b"1")]  # nothing current: unchanged
 
 
-def test_outputs_of_a_successful_record_get_its_context(telemetry: Telemetry, spans: InMemorySpanExporter) -> None:
-    pending: list[PendingOutput] = [("earlier", None, b"x", ())]
-    with telemetry.tracer.start_process_span("orders", 0, 1, None, [], outputs=pending):
-        pending.append(("out", b"k", b"v", [("h", b"1")]))
-        pending.append(("out", b"k", b"w", ()))
+def test_the_scope_fields_carry_the_span_context_on(telemetry: Telemetry, spans: InMemorySpanExporter) -> None:
+    scope = telemetry.tracer.start_process_span("orders", 0, 1, None, [])
+    with scope:
+        fields = scope.fields
     span = finished(spans, "process orders")
     assert span.context is not None
-    assert pending[0] == ("earlier", None, b"x", ())  # released before this record: untouched
-    for _, _, _, headers in pending[1:]:
-        parent = trace.get_current_span(extract(headers)).get_span_context()
-        assert parent.span_id == span.context.span_id
-    assert dict(pending[1][3])["h"] == b"1"
-
-    failing = telemetry.tracer.start_process_span("orders", 0, 2, None, [], outputs=pending)
-    with pytest.raises(RuntimeError), failing:
-        pending.append(("out", b"k", b"failed", ()))
-        raise RuntimeError
-    assert pending[-1] == ("out", b"k", b"failed", ())  # the engine drops these: no work spent on them
+    parent = trace.get_current_span(extract(fields)).get_span_context()
+    assert (parent.trace_id, parent.span_id) == (span.context.trace_id, span.context.span_id)
+    assert parent.trace_flags.sampled
 
 
 def test_baggage_travels_from_input_to_process_and_outputs(telemetry: Telemetry) -> None:
     headers, _ = upstream_headers(telemetry, tenant="acme")
     assert b"tenant=acme" in dict(headers)["baggage"]
-    with telemetry.tracer.start_process_span("orders", 0, 1, None, headers):
+    scope = telemetry.tracer.start_process_span("orders", 0, 1, None, headers)
+    with scope:
         assert baggage.get_baggage("tenant") == "acme"
         out = telemetry.tracer.inject()
     assert baggage.get_baggage("tenant") is None
     assert dict(out)["baggage"] == b"tenant=acme"
+    assert dict(scope.fields)["baggage"] == b"tenant=acme"
 
 
 def test_process_span_stays_current_across_awaits(telemetry: Telemetry, spans: InMemorySpanExporter) -> None:
@@ -244,7 +242,12 @@ def test_sampling_ratio_zero_records_no_new_trace_but_follows_a_sampled_parent(s
         telemetry.shutdown()
 
 
-def test_dropped_records_skip_the_sdk_and_pass_an_unsampled_context_on(spans: InMemorySpanExporter) -> None:
+def consumed(*headers: list[tuple[str, bytes]]) -> list[SimpleNamespace]:
+    """Records as aiokafka gives them, as far as `decide` looks."""
+    return [SimpleNamespace(topic="orders", partition=0, headers=record_headers) for record_headers in headers]
+
+
+def test_dropped_records_get_no_span_and_pass_an_unsampled_context_on(spans: InMemorySpanExporter) -> None:
     config = TelemetryConfig.model_validate({"sampling_ratio": 0.0})
     telemetry = Telemetry(config, "app", span_exporter=spans)
     user_spans = InMemorySpanExporter()
@@ -253,31 +256,25 @@ def test_dropped_records_skip_the_sdk_and_pass_an_unsampled_context_on(spans: In
     user_tracer = telemetry.tracer_provider.get_tracer("user")
     tracer = telemetry.tracer
     try:
-        outputs: list[PendingOutput] = []
-        copied = [("traceparent", b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01")]  # stale: copied from elsewhere
-        with tracer.batch_context():
-            for _ in range(2):
-                fields = tracer.dropped_fields("orders", 0, [("app", b"upstream")])
-                assert fields is not None
-                with user_tracer.start_as_current_span("lookup") as user_span:
-                    assert not user_span.is_recording()  # below the batch's dropped span: dropped too
-                outputs.append(("out", None, b"v", copied))
-                write_fields(outputs, len(outputs) - 1, fields)
-        contexts = [trace.get_current_span(extract(output[3])).get_span_context() for output in outputs]
-        assert [len(output[3]) for output in outputs] == [1, 1]
+        decisions = tracer.decide(consumed([("app", b"upstream")], []))
+        with tracer.batch_context(), user_tracer.start_as_current_span("lookup") as user_span:
+            assert not user_span.is_recording()  # below the batch's dropped span: dropped too
+        assert all(isinstance(decision, tuple) for decision in decisions)
+        contexts = [trace.get_current_span(extract(fields)).get_span_context() for fields in decisions]  # type: ignore[arg-type]
+        assert [len(fields) for fields in decisions] == [1, 1]  # type: ignore[arg-type]
         assert all(context.is_valid and not context.trace_flags.sampled for context in contexts)
         assert contexts[0].trace_id != contexts[1].trace_id  # a trace of its own each, as the SDK would give
 
         # A record whose parent was not sampled passes that parent's context on as it came.
         unsampled = [("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-00"), ("tracestate", b"k=v")]
-        assert tracer.dropped_fields("orders", 0, [*unsampled, ("app", b"x")]) == unsampled
+        assert tracer.decide(consumed([*unsampled, ("app", b"x")])) == [tuple(unsampled)]
         # Sampled parents, baggage and malformed contexts take the full path.
-        for headers in (
+        full = consumed(
             [("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01")],
             [*unsampled, ("baggage", b"tenant=acme")],
             [("traceparent", b"00-" + b"z" * 32 + b"-" + b"b" * 16 + b"-00")],
-        ):
-            assert tracer.dropped_fields("orders", 0, headers) is None
+        )
+        assert tracer.decide(full) == [None, None, None]
         assert spans.get_finished_spans() == () and user_spans.get_finished_spans() == ()
     finally:
         telemetry.shutdown()
@@ -289,15 +286,23 @@ def test_the_ratio_samples_that_share_of_new_traces_with_the_trace_id_it_decided
     config = TelemetryConfig.model_validate({"sampling_ratio": 0.25})
     telemetry = Telemetry(config, "app", span_exporter=spans)
     try:
-        for offset in range(4000):
-            if telemetry.tracer.dropped_fields("orders", 0, []) is None:
-                with telemetry.tracer.start_process_span("orders", 0, offset, None, []):
-                    pass
+        decisions = telemetry.tracer.decide(consumed(*([] for _ in range(10_000))))  # more than one draw of ids
+        chosen = [decision for decision in decisions if isinstance(decision, bytes)]
+        for offset, decision in enumerate(chosen):
+            with telemetry.tracer.start_process_span("orders", 0, offset, None, [], decision=decision):
+                pass
         sampled = spans.get_finished_spans()
-        assert 800 < len(sampled) < 1200
+        assert 2_200 < len(sampled) < 2_800
         bound = TraceIdRatioBased.get_bound_for_rate(0.25)
-        for span in sampled:
-            assert span.context is not None and span.context.trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < bound
+        for span, decision in zip(sampled, chosen, strict=True):
+            assert span.context is not None and span.context.trace_id == int(decision, 16)
+            assert span.context.trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < bound
+        dropped = [decision for decision in decisions if isinstance(decision, tuple)]
+        assert len(dropped) + len(chosen) == 10_000
+        for fields in dropped:
+            trace_id = trace.get_current_span(extract(fields)).get_span_context().trace_id
+            assert trace_id & TraceIdRatioBased.TRACE_ID_LIMIT >= bound  # the sampler's own decision
+        assert len({fields[0][1][3:35] for fields in dropped}) == len(dropped)  # every trace id new
     finally:
         telemetry.shutdown()
 
@@ -377,8 +382,9 @@ def test_none_creates_no_providers_and_a_disabled_tracer() -> None:
     assert telemetry.tracer_provider is None and telemetry.meter_provider is None
     assert type(telemetry.tracer) is RecordTracer and not telemetry.tracer.enabled
     assert not telemetry.metrics.enabled
+    assert telemetry.tracer.decide(consumed([("traceparent", b"junk")])) == [()]  # no span, no fields
     with telemetry.tracer.start_process_span("orders", 0, 1, None, [("traceparent", b"junk")]) as span:
-        assert span is None
+        assert not span.is_recording() and not span.get_span_context().is_valid
     headers = [("a", b"1")]
     assert telemetry.tracer.inject(headers) == headers
     telemetry.metrics.register_counters(Counters())  # accepted, never read
@@ -470,3 +476,54 @@ def test_prometheus_endpoint_serves_the_metrics() -> None:
     assert "kafka_actor_records_consumed_total" in text
     assert "kafka_actor_consumer_lag" in text
     assert 'messaging_destination_name="orders"' in text
+
+
+def test_send_gives_outputs_the_records_trace_fields_in_place_of_copied_ones() -> None:
+    serdes = {"out": (resolve_serde("str"), resolve_serde("str"))}
+    context = TaskContext("app", "echo", 0, {}, frozenset(["out"]), serdes, {})
+    fields = (("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01"),)
+    context.send("out", "plain")
+    context.trace_fields = fields
+    context.send("out", "traced")
+    stale = ("traceparent", b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01")  # copied from the input
+    context.send("out", "copied", headers=[("app", b"x"), stale])
+    assert [headers for _, _, _, headers in context.pending] == [(), fields, [("app", b"x"), *fields]]
+
+
+def test_record_spans_reach_an_otlp_http_endpoint_with_the_resource_and_scope() -> None:
+    with OtlpReceiver(keep=True) as receiver:
+        config = TelemetryConfig.model_validate(
+            {"service_name": "orders-app", "traces": {"exporter": "otlp", "endpoint": receiver.endpoint}}
+        )
+        telemetry = Telemetry(config, "app")
+        try:
+            for offset in range(3):
+                scope = telemetry.tracer.start_process_span("orders", 2, offset, b"customer-7", [])
+                with contextlib.suppress(ValueError), scope:
+                    if offset == 2:
+                        raise ValueError("bad amount")
+            with telemetry.tracer.span("commit offsets", {"kafka_actor.partitions": 1}):
+                pass
+            telemetry.force_flush()
+        finally:
+            telemetry.shutdown()
+        received = [
+            (resource_spans, scope_spans, span)
+            for export in receiver.exports()
+            for resource_spans in export.resource_spans
+            for scope_spans in resource_spans.scope_spans
+            for span in scope_spans.spans
+        ]
+    names = sorted(span.name for _, _, span in received)
+    assert names == ["commit offsets", "process orders", "process orders", "process orders"]
+    for resource_spans, scope_spans, span in received:
+        resource = {kv.key: kv.value.string_value for kv in resource_spans.resource.attributes}
+        assert resource["service.name"] == "orders-app"
+        assert scope_spans.scope.name == "kafka_actor_runtime"
+        assert len(span.trace_id) == 16 and len(span.span_id) == 8
+    records = sorted((span for _, _, span in received if span.name == "process orders"),
+                     key=lambda span: span.start_time_unix_nano)  # fmt: skip
+    offsets = [{kv.key: kv.value for kv in span.attributes}["messaging.kafka.offset"].int_value for span in records]
+    assert offsets == [0, 1, 2]
+    assert [span.status.code for span in records] == [0, 0, 2]  # UNSET, UNSET, ERROR
+    assert records[2].events[0].name == "exception"

@@ -1,0 +1,70 @@
+"""Record spans written as OTLP by the runtime's encoder parse to what the SDK's own encoder gives."""
+
+from __future__ import annotations
+
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, StatusCode, TraceFlags, TraceState
+from opentelemetry.util.types import AttributeValue
+
+from runtime.telemetry.otlp_encoding import SpanRequestEncoder
+from runtime.telemetry.record_span import RecordSpan
+from runtime.telemetry.record_span_export import readable_span
+
+RESOURCE = Resource.create({"service.name": "orders-app", "deployment.replicas": 3, "region.ids": ("eu", "us")})
+SCOPE = "kafka_actor_runtime"
+
+
+def record_span(offset: int, parent: SpanContext | None = None, **attributes: AttributeValue) -> RecordSpan:
+    sink: list[RecordSpan] = []
+    state = TraceState([("vendor", "x1")]) if parent is not None else None
+    context = SpanContext(0x1F2E3D4C5B6A79880011223344556677 + offset, 0xABCDEF0123456789 + offset, False,
+                          TraceFlags(TraceFlags.SAMPLED), state)  # fmt: skip
+    base: dict[str, AttributeValue] = {
+        "messaging.system": "kafka",
+        "messaging.destination.name": "orders",
+        "messaging.destination.partition.id": "3",
+        "messaging.kafka.offset": offset,
+    }
+    return RecordSpan("process orders", context, parent, {**base, **attributes}, sink.append)
+
+
+def test_the_encoding_matches_the_sdk_encoder_message_for_message() -> None:
+    remote_parent = SpanContext(0x1F2E3D4C5B6A79880011223344556677 + 1, 0x42, True, TraceFlags(TraceFlags.SAMPLED))
+    spans = [
+        record_span(0),
+        record_span(1, remote_parent, **{"messaging.kafka.message.key": "customer-7"}),
+        record_span(2, None, ratio=0.25, retried=True, negative=-5, tags=["a", "b"], counts=[1, 2]),
+        record_span(10**15),
+    ]
+    spans[1].add_event("cache miss", {"cache.key": "c-7", "cache.size": 10}, timestamp=1_700_000_000_000_000_000)
+    spans[1].add_link(SpanContext(0x99, 0x98, True, TraceFlags(TraceFlags.SAMPLED)), {"link.kind": "batch"})
+    spans[2].record_exception(ValueError("bad amount"))
+    spans[2].set_status(StatusCode.ERROR, "ValueError: bad amount")
+    spans[3].set_status(StatusCode.OK)
+    for span in spans:
+        span.end()
+
+    ours = ExportTraceServiceRequest.FromString(SpanRequestEncoder(RESOURCE, SCOPE).encode(spans))
+    scope = InstrumentationScope(SCOPE)
+    theirs = encode_spans([readable_span(span, RESOURCE, scope) for span in spans])
+    assert ours == theirs
+    assert len(ours.resource_spans[0].scope_spans[0].spans) == 4
+
+
+def test_repeated_attribute_values_are_encoded_once_and_stay_right() -> None:
+    encoder = SpanRequestEncoder(RESOURCE, SCOPE)
+    first, second = record_span(7), record_span(8)
+    for span in (first, second):
+        span.end()
+    request = ExportTraceServiceRequest.FromString(encoder.encode([first]))
+    again = ExportTraceServiceRequest.FromString(encoder.encode([second]))
+    offsets = [
+        {kv.key: kv.value for kv in message.resource_spans[0].scope_spans[0].spans[0].attributes}[
+            "messaging.kafka.offset"
+        ].int_value
+        for message in (request, again)
+    ]
+    assert offsets == [7, 8]

@@ -22,6 +22,7 @@ from runtime.outputs import Outputs
 from runtime.state import TaskState
 from runtime.task_context import TaskContext, TopicSerdes
 from runtime.telemetry import Telemetry
+from runtime.telemetry.tracing import ProcessScope
 from stores import ReadOnlyStore
 
 log = logging.getLogger(__name__)
@@ -269,20 +270,23 @@ class Task:
         key_serde, value_serde = self._services.serdes[tp.topic]
         decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
         process, context, counters = self._processor.process, self._context, self._services.counters
-        failures, name = self._services.failures, self.id.processor
+        failures, name, is_async = self._services.failures, self.id.processor, self._is_async
         tracer, metrics = self._services.telemetry.tracer, self._services.telemetry.metrics
         start_span, timed = tracer.start_process_span, metrics.enabled
         pending = context.pending
+        processed = 0
+        done: int | None = None  # the offset after the last record handled
         try:
             with tracer.batch_context():
                 for raw, decision in zip(records, tracer.decide(records), strict=True):
                     if self._stopping:
                         return
+                    offset = raw.offset
                     try:
                         record = Record(
                             raw.topic,
                             raw.partition,
-                            raw.offset,
+                            offset,
                             raw.timestamp,
                             None if raw.key is None else decode_key(raw.key),
                             None if raw.value is None else decode_value(raw.value),
@@ -290,7 +294,7 @@ class Task:
                         )
                     except Exception as error:  # any decoding error goes to the policy
                         failures.handle(Stage.DESERIALIZATION, name, raw, error, self.outputs)
-                        self.next_offsets[tp] = raw.offset + 1
+                        done = self.next_offsets[tp] = offset + 1
                         continue
                     released = len(pending)
                     started = time.perf_counter() if timed else 0.0
@@ -298,29 +302,38 @@ class Task:
                         if decision.__class__ is tuple:  # dropped: no span, the decision is the outputs' context
                             context.trace_fields = decision
                             result = process(record, context)
-                            if self._is_async:
+                            if is_async:
                                 await result  # type: ignore[misc]
                         else:
-                            scope = start_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers, None,
-                                               decision)  # fmt: skip
-                            with scope:
-                                context.trace_fields = scope.fields
-                                result = process(record, context)
-                                if self._is_async:
-                                    await result  # type: ignore[misc]
+                            await self._process_in_span(
+                                start_span(raw.topic, raw.partition, offset, raw.key, raw.headers, None, decision),
+                                record,
+                            )
                     except Exception as error:  # any processor error goes to the policy
                         del pending[released:]  # nothing of a failed record escapes
                         failures.handle(Stage.PROCESSING, name, raw, error, self.outputs)
                     else:
-                        counters.processed += 1
+                        processed += 1
                     if timed:
                         metrics.record_processing((time.perf_counter() - started) * 1000, name)
-                    if self._is_async:
+                    done = offset + 1
+                    if is_async:
                         self._release_outputs()  # see _process_batch
-                    self.next_offsets[tp] = raw.offset + 1
+                        self.next_offsets[tp] = done
         finally:
+            if done is not None:
+                self.next_offsets[tp] = done
+            counters.processed += processed
             context.trace_fields = ()  # punctuations' outputs belong to no record
             self._release_outputs()
+
+    async def _process_in_span(self, scope: ProcessScope, record: Record) -> None:
+        """A sampled record (about one in a hundred at a 1% ratio), out of the loop's fast path."""
+        with scope:
+            self._context.trace_fields = scope.fields
+            result = self._processor.process(record, self._context)
+            if self._is_async:
+                await result  # type: ignore[misc]
 
     def _release_outputs(self) -> None:
         self.outputs.append_all(self._context.pending)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -24,6 +25,7 @@ from tests.otlp_receiver import OtlpReceiver
 
 # Name -> sampling ratio of the traces exported over OTLP (None: telemetry off, the default).
 VARIANTS = {"none": None, "ratio 0.01": 0.01, "ratio 1.0": 1.0}
+SPANS_DROPPED = re.compile(r"record spans lost: (\d+) dropped")
 
 
 def telemetry_section(ratio: float | None, endpoint: str) -> dict[str, Any]:
@@ -59,7 +61,8 @@ def otlp_receiver(workdir: Path) -> Iterator[tuple[str, str]]:
 
 def run_variant(
     bootstrap: str, input_topic: str, args: argparse.Namespace, workdir: Path, telemetry: dict[str, Any]
-) -> Measurement:
+) -> tuple[Measurement, int]:
+    """One run, and how many record spans the runtime logged as dropped (its export queue was full)."""
     spec = AppSpec(
         app_id=f"bench-telemetry-{uuid.uuid4().hex[:8]}",
         bootstrap=bootstrap,
@@ -70,8 +73,9 @@ def run_variant(
         guarantee=args.guarantee,
         extra={"telemetry": telemetry} if telemetry else {},
     )
-    measured, _ = run_app(spec, workdir, args.records)
-    return measured
+    measured, process = run_app(spec, workdir, args.records)
+    dropped = sum(int(match.group(1)) for match in SPANS_DROPPED.finditer(process.log_path.read_text()))
+    return measured, dropped
 
 
 def main() -> None:
@@ -79,6 +83,7 @@ def main() -> None:
     workdir = run_directory("telemetry")
     input_topic = f"bench-in-{uuid.uuid4().hex[:8]}"
     runs: dict[str, list[Measurement]] = {name: [] for name in VARIANTS}
+    dropped: dict[str, list[int]] = {name: [] for name in VARIANTS}
     with kafka(args.bootstrap) as bootstrap, otlp_receiver(workdir) as (receiver, endpoint):
         print(f"traces go over OTLP/HTTP to {receiver} at {endpoint}")
         asyncio.run(create_topics(bootstrap, {input_topic: args.partitions}))
@@ -87,17 +92,22 @@ def main() -> None:
         print(f"  produced at {fill_rate:,.0f} rec/s")
         for run in range(1, args.runs + 1):
             for name, ratio in VARIANTS.items():
-                measured = run_variant(bootstrap, input_topic, args, workdir, telemetry_section(ratio, endpoint))
+                measured, spans_dropped = run_variant(
+                    bootstrap, input_topic, args, workdir, telemetry_section(ratio, endpoint)
+                )
                 runs[name].append(measured)
+                dropped[name].append(spans_dropped)
                 relative = measured.rate(args.records) / runs["none"][-1].rate(args.records)
                 line = describe(f"{name:>10}", measured, args.records)
-                print(f"run {run}/{args.runs}: {line}   /none {relative:.2f}")
+                lost = f"   spans dropped {spans_dropped:,}" if spans_dropped else ""
+                print(f"run {run}/{args.runs}: {line}   /none {relative:.2f}{lost}")
     rates = {name: [m.rate(args.records) for m in measured] for name, measured in runs.items()}
     summary = {
         name: {
             "rate": median(rates[name]),
             "ratio_to_none": median([r / n for r, n in zip(rates[name], rates["none"], strict=True)]),
             "processing_rate": median_of(m.inner_rate(args.records) for m in measured),
+            "spans_dropped": median(dropped[name]),
         }
         for name, measured in runs.items()
     }
@@ -105,7 +115,7 @@ def main() -> None:
     for name, figures in summary.items():
         print(
             f"  {name:>10}: {figures['rate']:8,.0f} rec/s ({figures['processing_rate']:8,.0f} rec/s)"
-            f"   /none {figures['ratio_to_none']:.2f}"
+            f"   /none {figures['ratio_to_none']:.2f}   spans dropped {figures['spans_dropped']:,.0f}"
         )
     path = write_result(
         workdir,

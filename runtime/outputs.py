@@ -59,7 +59,8 @@ class Outputs:
             count = self.partitions(topic)
             partition = partition_for(key, count) if key is not None else next(self._round_robin) % count
         target = (topic, partition)
-        header_list = list(headers) if headers else _NO_HEADERS  # aiokafka's batch builder takes lists only
+        # aiokafka's batch builder takes lists only, and only reads them (it encodes them right away).
+        header_list = _NO_HEADERS if not headers else headers if headers.__class__ is list else list(headers)
         builder = self._open.get(target)
         if builder is not None and builder.append(timestamp=timestamp_ms, key=key, value=value,
                                                   headers=header_list) is not None:  # fmt: skip

@@ -299,7 +299,7 @@ class Task:
                     released = len(pending)
                     started = time.perf_counter() if timed else 0.0
                     try:
-                        if decision.__class__ is tuple:  # dropped: no span, the decision is the outputs' context
+                        if decision.__class__ is list:  # dropped: no span, the decision is the outputs' context
                             context.trace_fields = decision
                             result = process(record, context)
                             if is_async:

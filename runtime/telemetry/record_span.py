@@ -21,6 +21,8 @@ from opentelemetry.util import types
 
 log = logging.getLogger(__name__)
 
+_UNSET = Status(StatusCode.UNSET)
+
 RecordSpanSink = Callable[["RecordSpan"], None]
 """Takes a record's span when it ends."""
 
@@ -52,7 +54,7 @@ class RecordSpan(Span):
         self.kind = kind
         self.events: list[Event] = []
         self.links: list[Link] = []
-        self.status = Status(StatusCode.UNSET)
+        self.status = _UNSET
         self.start_ns = time.time_ns()
         self.end_ns = 0
         self._sink = sink

@@ -43,11 +43,12 @@ from opentelemetry.util.types import AttributeValue
 from runtime.telemetry.record_span import RecordSpan, RecordSpanSink, qualified_name
 
 HeaderList = Sequence[tuple[str, bytes]]
-Fields = tuple[tuple[str, bytes], ...]
-"""Propagation headers for a record's outputs (traceparent, tracestate, baggage)."""
+Fields = list[tuple[str, bytes]]
+"""Propagation headers for a record's outputs (traceparent, tracestate, baggage). A list, as the
+producer's batch builder takes; shared by the record's outputs, so never changed in place."""
 TraceDecision = Fields | bytes | None
 """A record's, before it is processed: its span is dropped and its outputs get these fields (a
-tuple); or it starts a new trace, sampled, with this id (32 hex digits); or None: its span decides."""
+list); or it starts a new trace, sampled, with this id (32 hex digits); or None: its span decides."""
 
 # Messaging semantic conventions, as in opentelemetry-semantic-conventions 0.66b2.
 MESSAGING_SYSTEM: Final = "messaging.system"
@@ -73,6 +74,7 @@ _NO_PARENT: Final = Context()
 TRACEPARENT: Final = "traceparent"
 BAGGAGE: Final = "baggage"
 IDS_PER_DRAW: Final = 4096
+_NO_FIELDS: Final[Fields] = []
 
 
 class RecordTracer:
@@ -87,7 +89,7 @@ class RecordTracer:
     def decide(self, records: Sequence[Any]) -> list[TraceDecision]:
         """For each record (aiokafka's): the propagation fields for its outputs when its span is dropped
         (a tuple), else what `start_process_span` takes as `decision`."""
-        return [()] * len(records)
+        return [_NO_FIELDS] * len(records)
 
     def start_process_span(
         self,
@@ -173,7 +175,7 @@ class OtelRecordTracer(RecordTracer):
         attributes = self._attributes(raw.topic, raw.partition, self._group)
         if self._sampled(_NO_PARENT, int(trace_id, 16), self._name(raw.topic), attributes):
             return trace_id
-        return ((TRACEPARENT, b"00-" + trace_id + b"-%016x-00" % (getrandbits(64) or 1)),)
+        return [(TRACEPARENT, b"00-" + trace_id + b"-%016x-00" % (getrandbits(64) or 1))]
 
     def _dropped_child(self, propagation: list[tuple[str, bytes]]) -> TraceDecision:
         if not self._parent_decides:
@@ -184,7 +186,7 @@ class OtelRecordTracer(RecordTracer):
                 return None
             if header_name == TRACEPARENT:
                 traceparent = value
-        return tuple(propagation) if _is_unsampled_parent(traceparent) else None
+        return propagation if _is_unsampled_parent(traceparent) else None
 
     def _new_traces(self, count: int) -> list[TraceDecision]:
         taken: list[TraceDecision] = []
@@ -207,7 +209,7 @@ class OtelRecordTracer(RecordTracer):
         while span_id == b"0" * 16:  # an all-zero span id is invalid
             span_id = hexlify(urandom(8))
         head, tail, bound = b"00-" + high, b"-" + span_id + b"-00", self._bound_digits
-        self._drawn = [high + low if low < bound else ((TRACEPARENT, head + low + tail),) for low in lows]
+        self._drawn = [high + low if low < bound else [(TRACEPARENT, head + low + tail)] for low in lows]
         self._cursor = 0
 
     def start_process_span(
@@ -312,7 +314,7 @@ class ProcessScope(AbstractContextManager[RecordSpan]):
         """The headers that carry this span's context (and the record's baggage) on to its outputs."""
         span_context = self.span.context
         if not span_context.is_valid:
-            return ()
+            return _NO_FIELDS
         traceparent = f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
         fields = [(TRACEPARENT, traceparent.encode())]
         if span_context.trace_state:
@@ -321,7 +323,7 @@ class ProcessScope(AbstractContextManager[RecordSpan]):
             carrier: dict[str, str] = {}
             BAGGAGE_PROPAGATOR.inject(carrier, self._parent)
             fields.extend((name, value.encode("latin-1")) for name, value in carrier.items())
-        return tuple(fields)
+        return fields
 
     def __exit__(
         self,

@@ -14,7 +14,7 @@ from struct import Struct
 from typing import Any, Final
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.trace import SpanContext
+from opentelemetry.trace import SpanContext, SpanKind
 
 from runtime.telemetry.record_span import RecordSpan
 
@@ -24,19 +24,23 @@ _DOUBLE: Final = Struct("<d")
 _HAS_IS_REMOTE: Final = 0x100
 _IS_REMOTE: Final = 0x200
 _LENGTH_DELIMITED: Final = 2
+MAX_CACHED: Final = 4096
 
 
 def _varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _SMALL[value]
     if value < 0:
         value += 1 << 64  # int64 as protobuf writes it: two's complement, ten bytes
-    if value < 0x80:
-        return bytes((value,))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_SMALL: Final = [bytes((value,)) for value in range(0x80)]
 
 
 def _tag(field: int, wire_type: int) -> bytes:
@@ -78,7 +82,7 @@ class SpanRequestEncoder:
         self._resource = _field(1, resource_message)
         self._resource_schema = _field(3, resource.schema_url.encode()) if resource.schema_url else b""
         self._scope = _field(1, _field(1, scope_name.encode()))
-        self._attributes: dict[tuple[str, Any], bytes] = {}  # encoded attribute field, by (key, value)
+        self._constants: dict[tuple[int, str | None, str], bytes] = {}  # encoded fields, by (field, key, value)
 
     def encode(self, spans: Sequence[RecordSpan]) -> bytes:
         """One ExportTraceServiceRequest holding `spans`."""
@@ -88,19 +92,24 @@ class SpanRequestEncoder:
 
     def _span(self, span: RecordSpan) -> bytes:
         context, parent = span.context, span.parent
-        parts = [
-            b"\x0a\x10" + context.trace_id.to_bytes(16, "big"),  # 1: trace_id, 16 bytes
-            b"\x12\x08" + context.span_id.to_bytes(8, "big"),  # 2: span_id, 8 bytes
-        ]
-        if context.trace_state:
+        parts = [b"\x0a\x10", context.trace_id.to_bytes(16, "big"), b"\x12\x08", context.span_id.to_bytes(8, "big")]
+        if context.trace_state:  # 3: trace_state
             parts.append(_field(3, context.trace_state.to_header().encode()))
-        if parent is not None:
-            parts.append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))  # 4: parent_span_id
-        parts.append(_field(5, span.name.encode()))
-        parts.append(b"\x30" + _varint(span.kind.value + 1))  # 6: kind (the SDK's enum is one lower)
-        parts.append(b"\x39" + _FIXED64.pack(span.start_ns))  # 7: start, fixed64
-        parts.append(b"\x41" + _FIXED64.pack(span.end_ns))  # 8: end, fixed64
-        parts.extend(self._attribute(9, key, value) for key, value in span.attributes.items())
+        if parent is not None:  # 4: parent_span_id
+            parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
+        parts += (
+            self._constant(5, span.name),  # name
+            _KINDS[span.kind.value],  # 6: kind
+            b"\x39", _FIXED64.pack(span.start_ns),  # 7: start, fixed64
+            b"\x41", _FIXED64.pack(span.end_ns),  # 8: end, fixed64
+        )  # fmt: skip
+        constants = self._constants
+        for key, value in span.attributes.items():  # 9: attributes
+            if value.__class__ is str:
+                encoded = constants.get((9, key, value))
+                parts.append(encoded if encoded is not None else self._constant(9, value, key))
+            else:
+                parts.append(_field(9, _key_value(key, value)))
         for name, timestamp, attributes in span.events:
             event = b"\x09" + _FIXED64.pack(timestamp) + _field(2, name.encode())
             event += b"".join(_field(3, _key_value(key, value)) for key, value in attributes.items())
@@ -114,24 +123,25 @@ class SpanRequestEncoder:
             parts.append(_field(15, message + code))
         else:
             parts.append(b"\x7a\x00")  # 15: status, empty: the SDK always writes it
-        flags = _HAS_IS_REMOTE | (_IS_REMOTE if parent is not None and parent.is_remote else 0)
-        parts.append(b"\x85\x01" + _FIXED32.pack(flags))  # 16: flags, fixed32
+        parts.append(_REMOTE_PARENT if parent is not None and parent.is_remote else _LOCAL_PARENT)  # 16: flags
         return b"".join(parts)
 
-    def _attribute(self, field: int, key: str, value: Any) -> bytes:
-        """Attributes repeat across spans (topic, partition, group): those are encoded once."""
-        if isinstance(value, int) and not isinstance(value, bool):
-            return _field(field, _key_value(key, value))  # offsets: always new
-        try:
-            cache_key = (key, value)
-            encoded = self._attributes.get(cache_key)
-        except TypeError:  # unhashable
-            return _field(field, _key_value(key, value))
+    def _constant(self, field: int, value: str, key: str | None = None) -> bytes:
+        """A string field, or with `key` a string attribute, encoded once: span names, topics,
+        partitions, the group and message keys repeat from span to span."""
+        cache_key = (field, key, value)
+        encoded = self._constants.get(cache_key)
         if encoded is None:
-            encoded = _field(field, _key_value(key, value))
-            if len(self._attributes) < 10_000:
-                self._attributes[cache_key] = encoded
+            encoded = _field(field, value.encode() if key is None else _key_value(key, value))
+            if len(self._constants) >= MAX_CACHED:
+                self._constants.clear()  # a stream of distinct values: start over rather than grow
+            self._constants[cache_key] = encoded
         return encoded
+
+
+_KINDS: Final = [b"\x30" + bytes((kind.value + 1,)) for kind in SpanKind]  # 6: kind (OTLP's enum is one higher)
+_LOCAL_PARENT: Final = b"\x85\x01" + _FIXED32.pack(_HAS_IS_REMOTE)  # 16: flags, fixed32
+_REMOTE_PARENT: Final = b"\x85\x01" + _FIXED32.pack(_HAS_IS_REMOTE | _IS_REMOTE)
 
 
 def _link(context: SpanContext, attributes: Mapping[str, Any]) -> bytes:
@@ -139,5 +149,8 @@ def _link(context: SpanContext, attributes: Mapping[str, Any]) -> bytes:
     if context.trace_state:
         link += _field(3, context.trace_state.to_header().encode())
     link += b"".join(_field(4, _key_value(key, value)) for key, value in attributes.items())
-    flags = _HAS_IS_REMOTE | (_IS_REMOTE if context.is_remote else 0)
-    return link + b"\x35" + _FIXED32.pack(flags)  # 6: flags, fixed32
+    return link + (_LINK_REMOTE if context.is_remote else _LINK_LOCAL)  # 6: flags, fixed32
+
+
+_LINK_LOCAL: Final = b"\x35" + _FIXED32.pack(_HAS_IS_REMOTE)
+_LINK_REMOTE: Final = b"\x35" + _FIXED32.pack(_HAS_IS_REMOTE | _IS_REMOTE)

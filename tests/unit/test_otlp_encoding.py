@@ -9,7 +9,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, StatusCode, TraceFlags, TraceState
 from opentelemetry.util.types import AttributeValue
 
-from runtime.telemetry.otlp_encoding import SpanRequestEncoder
+from runtime.telemetry.otlp_encoding import MAX_CACHED, SpanRequestEncoder
 from runtime.telemetry.record_span import RecordSpan
 from runtime.telemetry.record_span_export import readable_span
 
@@ -54,17 +54,13 @@ def test_the_encoding_matches_the_sdk_encoder_message_for_message() -> None:
     assert len(ours.resource_spans[0].scope_spans[0].spans) == 4
 
 
-def test_repeated_attribute_values_are_encoded_once_and_stay_right() -> None:
+def test_values_encoded_once_stay_right_past_the_cache_limit() -> None:
     encoder = SpanRequestEncoder(RESOURCE, SCOPE)
-    first, second = record_span(7), record_span(8)
-    for span in (first, second):
+    spans = [record_span(n, None, **{"messaging.kafka.message.key": f"customer-{n}"}) for n in range(MAX_CACHED + 100)]
+    for span in spans:
         span.end()
-    request = ExportTraceServiceRequest.FromString(encoder.encode([first]))
-    again = ExportTraceServiceRequest.FromString(encoder.encode([second]))
-    offsets = [
-        {kv.key: kv.value for kv in message.resource_spans[0].scope_spans[0].spans[0].attributes}[
-            "messaging.kafka.offset"
-        ].int_value
-        for message in (request, again)
-    ]
-    assert offsets == [7, 8]
+    batches = [spans[start : start + 512] for start in range(0, len(spans), 512)]
+    scope = InstrumentationScope(SCOPE)
+    for batch in batches + batches:  # the second time from the cache, as far as it reaches
+        ours = ExportTraceServiceRequest.FromString(encoder.encode(batch))
+        assert ours == encode_spans([readable_span(span, RESOURCE, scope) for span in batch])

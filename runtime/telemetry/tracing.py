@@ -74,6 +74,8 @@ _NO_PARENT: Final = Context()
 TRACEPARENT: Final = "traceparent"
 BAGGAGE: Final = "baggage"
 IDS_PER_DRAW: Final = 4096
+_SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
+_UNSAMPLED: Final = TraceFlags(TraceFlags.DEFAULT)
 _NO_FIELDS: Final[Fields] = []
 
 
@@ -238,7 +240,7 @@ class OtelRecordTracer(RecordTracer):
             except UnicodeDecodeError:
                 pass  # the conventions want no attribute for a key without a canonical string form
         name = self._name(topic)
-        parent_span = trace.get_current_span(parent).get_span_context()
+        parent_span = trace.get_current_span(parent).get_span_context() if headers else trace.INVALID_SPAN_CONTEXT
         trace_state = parent_span.trace_state if parent_span.is_valid else None
         if isinstance(decision, bytes):
             trace_id, sampled = int(decision, 16), True
@@ -250,8 +252,7 @@ class OtelRecordTracer(RecordTracer):
                 sampled = parent_span.trace_flags.sampled
             else:
                 sampled = trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < self._bound
-        flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
-        context = SpanContext(trace_id, getrandbits(64) or 1, False, flags, trace_state)
+        context = SpanContext(trace_id, getrandbits(64) or 1, False, _SAMPLED if sampled else _UNSAMPLED, trace_state)
         span = RecordSpan(name, context, parent_span if parent_span.is_valid else None, attributes,
                           self._sink if sampled else None)  # fmt: skip
         return ProcessScope(span, parent)
@@ -319,7 +320,7 @@ class ProcessScope(AbstractContextManager[RecordSpan]):
         fields = [(TRACEPARENT, traceparent.encode())]
         if span_context.trace_state:
             fields.append(("tracestate", span_context.trace_state.to_header().encode("latin-1")))
-        if baggage.get_all(self._parent):
+        if self._parent is not _NO_PARENT and baggage.get_all(self._parent):
             carrier: dict[str, str] = {}
             BAGGAGE_PROPAGATOR.inject(carrier, self._parent)
             fields.extend((name, value.encode("latin-1")) for name, value in carrier.items())

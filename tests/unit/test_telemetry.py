@@ -496,6 +496,8 @@ def test_record_spans_reach_an_otlp_http_endpoint_with_the_resource_and_scope() 
             {"service_name": "orders-app", "traces": {"exporter": "otlp", "endpoint": receiver.endpoint}}
         )
         telemetry = Telemetry(config, "app")
+        export = telemetry._record_span_export
+        assert export is not None and export.encodes  # the runtime's encoder, through the exporter's client
         try:
             for offset in range(3):
                 scope = telemetry.tracer.start_process_span("orders", 2, offset, b"customer-7", [])

@@ -87,12 +87,11 @@ class Telemetry:
             sampler = None if ratio is None else ParentBased(TraceIdRatioBased(ratio))
             provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=False)
             sinks: list[RecordSpanSink] = []
-            exporter = configured_span_exporter(config.traces)
-            if exporter is not None:
+            # Two exporters, each used by one thread: the SDK's batch processor's and the record spans'.
+            exporter, record_exporter = configured_span_exporter(config.traces), configured_span_exporter(config.traces)
+            if exporter is not None and record_exporter is not None:
                 provider.add_span_processor(BatchSpanProcessor(exporter))
-                self._record_span_export = RecordSpanExport(
-                    configured_span_exporter(config.traces) or exporter, resource, INSTRUMENTATION_NAME
-                )
+                self._record_span_export = RecordSpanExport(record_exporter, resource, INSTRUMENTATION_NAME)
                 sinks.append(self._record_span_export)
             if span_exporter is not None:
                 provider.add_span_processor(SimpleSpanProcessor(span_exporter))

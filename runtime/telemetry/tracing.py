@@ -90,7 +90,7 @@ class RecordTracer:
 
     def decide(self, records: Sequence[Any]) -> list[TraceDecision]:
         """For each record (aiokafka's): the propagation fields for its outputs when its span is dropped
-        (a tuple), else what `start_process_span` takes as `decision`."""
+        (a list), else what `start_process_span` takes as `decision`."""
         return [_NO_FIELDS] * len(records)
 
     def start_process_span(

@@ -21,6 +21,7 @@ same id then becomes the span's (or the unsampled `traceparent`, built in the sa
 
 from __future__ import annotations
 
+import re
 from binascii import hexlify
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -406,15 +407,11 @@ class _Attached(AbstractContextManager[None]):
 
 def _is_unsampled_parent(traceparent: bytes | None) -> bool:
     """A valid version-00 `traceparent` whose sampled flag is off."""
-    if traceparent is None or len(traceparent) != 55 or not traceparent.startswith(b"00-"):
-        return False
-    try:
-        trace_id = int(traceparent[3:35], 16)
-        span_id = int(traceparent[36:52], 16)
-        flags = int(traceparent[53:55], 16)
-    except ValueError:
-        return False
-    return not flags & TraceFlags.SAMPLED and trace_id != 0 and span_id != 0
+    return traceparent is not None and _UNSAMPLED_TRACEPARENT.fullmatch(traceparent) is not None
+
+
+# Version 00, trace id and parent id in lowercase hex and not all zeros, flags with the sampled bit off.
+_UNSAMPLED_TRACEPARENT: Final = re.compile(rb"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f][02468ace]")
 
 
 def extract(headers: HeaderList) -> Context:

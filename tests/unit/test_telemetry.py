@@ -529,3 +529,16 @@ def test_record_spans_reach_an_otlp_http_endpoint_with_the_resource_and_scope() 
     assert offsets == [0, 1, 2]
     assert [span.status.code for span in records] == [0, 0, 2]  # UNSET, UNSET, ERROR
     assert records[2].events[0].name == "exception"
+
+
+@pytest.mark.parametrize(("ratio", "sampled"), [(0.0, 0), (1.0, 5_000)])
+def test_ratios_zero_and_one_sample_none_and_all(ratio: float, sampled: int) -> None:
+    config = TelemetryConfig.model_validate({"sampling_ratio": ratio})
+    telemetry = Telemetry(config, "app", span_exporter=InMemorySpanExporter())
+    try:
+        decisions = telemetry.tracer.decide(consumed(*([] for _ in range(5_000))))
+        trace_ids = [decision if isinstance(decision, bytes) else decision[0][1][3:35] for decision in decisions]  # type: ignore[index]
+        assert sum(isinstance(decision, bytes) for decision in decisions) == sampled
+        assert len(set(trace_ids)) == 5_000
+    finally:
+        telemetry.shutdown()

@@ -13,6 +13,8 @@ class GlobalStoreUpdater:
 
     Subclass it to filter or reshape reference rows on their way in (a row marked inactive deletes
     its key, say), so processors read exactly the table they need. One instance per global store.
+    A value handed back as it came (the record's own, unchanged value) is stored as the bytes it
+    came in, without encoding it again.
     """
 
     def changes(self, record: Record) -> Iterable[tuple[Any, Any]]:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import traceback
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runtime.config import AppConfig, GlobalStoreConfig
 from runtime.global_changes import ChangeMaker, Failed
-from stores import Backend, KeyValueStore, ReadOnlyStore, StoreCorrupted, StoreLocked, open_backend, wipe
+from stores import Backend, Change, KeyValueStore, ReadOnlyStore, StoreCorrupted, StoreLocked, open_backend, wipe
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,11 @@ class GlobalStore:
             await self._on_failures(self, failed)
         self._store.restore(changes, next_offset, source=partition)
         self.applied += len(records) - len(failed)
+
+    def write(self, partition: int, changes: Iterable[Change], applied: int, next_offset: int) -> None:
+        """Changes made elsewhere (by a bootstrap reader) of `applied` records, written with `next_offset`."""
+        self._store.restore(changes, next_offset, source=partition)
+        self.applied += applied
 
     def close(self) -> None:
         self._store.close()

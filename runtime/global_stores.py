@@ -91,6 +91,7 @@ class GlobalStores:
         consumer = self._consumer
         assert consumer is not None
         tps = list(self._readers)
+        consumer.assign(tps)
         beginnings = await consumer.beginning_offsets(tps)
         self._ends = await consumer.end_offsets(tps)
         self._discard_impossible(beginnings)
@@ -98,15 +99,16 @@ class GlobalStores:
             await self._load_snapshot(store, partition_counts[store.spec.topic])
         for tp in tps:
             stored = [store.next_offset(tp.partition) for store in self._readers[tp]]
-            self._positions[tp] = min((offset if offset is not None else beginnings[tp]) for offset in stored)
+            start = min((offset if offset is not None else beginnings[tp]) for offset in stored)
+            consumer.seek(tp, start)
+            self._positions[tp] = start
         applied_before = self._applied()
         backlog = sum(self._ends[tp] - position for tp, position in self._positions.items())
         cpus = os.cpu_count() or 1
         if backlog >= READ_IN_PROCESSES and cpus > 1:
             await self._read_in_processes(READERS_PER_CPU * cpus)
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, self._positions[tp])
+            for tp, position in self._positions.items():
+                consumer.seek(tp, position)
         while any(self._positions[tp] < end for tp, end in self._ends.items()):
             await self._poll(BOOTSTRAP_POLL_MS)
         self.bootstrap_seconds = time.monotonic() - started

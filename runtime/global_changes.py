@@ -35,9 +35,10 @@ class ChangeMaker:
         updater_class: type[GlobalStoreUpdater] = GlobalStoreUpdater if updater is None else import_object(updater)
         return cls(resolve_serde(key_serde), resolve_serde(value_serde), updater_class())
 
-    def changes(self, records: Iterable[Any]) -> tuple[list[Change], list[Failed]]:
-        """The changes of `records` in order, and the records that failed: nothing of those is in the changes."""
-        return self._mirrored(records) if self._mirrors else self._updated(records)
+    def changes(self, topic: str, partition: int, records: Iterable[Any]) -> tuple[list[Change], list[Failed]]:
+        """The changes of `records` of one partition, in order, and the records that failed: nothing of
+        those is in the changes. A record needs `offset`, `timestamp`, `key`, `value` and `headers`."""
+        return self._mirrored(records) if self._mirrors else self._updated(topic, partition, records)
 
     def _mirrored(self, records: Iterable[Any]) -> tuple[list[Change], list[Failed]]:
         """The default update without a round trip through objects: the value bytes are kept as sent,
@@ -58,7 +59,7 @@ class ChangeMaker:
                 failed.append((raw, error))
         return changes, failed
 
-    def _updated(self, records: Iterable[Any]) -> tuple[list[Change], list[Failed]]:
+    def _updated(self, topic: str, partition: int, records: Iterable[Any]) -> tuple[list[Change], list[Failed]]:
         """Each record through the updater. A value it hands back as it came (the record's own value
         object) is stored as the bytes it came in, as the mirror stores it, without encoding it again."""
         changes: list[Change] = []
@@ -72,8 +73,8 @@ class ChangeMaker:
                 key_bytes, value_bytes = raw.key, raw.value
                 value = None if value_bytes is None else decode_value(value_bytes)
                 record = Record(
-                    raw.topic,
-                    raw.partition,
+                    topic,
+                    partition,
                     raw.offset,
                     raw.timestamp,
                     None if key_bytes is None else decode_key(key_bytes),

@@ -98,7 +98,7 @@ class GlobalStore:
         A record that fails to decode or update is left out, recorded and handed to `on_failures`
         (which dead-letters it) before the write moves the offset past it.
         """
-        changes, failed = self._maker.changes(records)
+        changes, failed = self._maker.changes(self.spec.topic, partition, records)
         if failed:
             self.failure_count += len(failed)
             self.failures.extend(_failure(raw, error) for raw, error in failed)

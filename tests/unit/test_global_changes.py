@@ -29,7 +29,7 @@ class Reshape(GlobalStoreUpdater):
 
 def test_the_mirror_keeps_value_bytes_as_sent_and_encodes_keys_as_get_does() -> None:
     maker = ChangeMaker.configured("json", "json", None)
-    changes, failed = maker.changes([raw(0, b'{"k": 1}', b'{"a":  1}'), raw(1, b'"t"', None)])
+    changes, failed = maker.changes("table", 0, [raw(0, b'{"k": 1}', b'{"a":  1}'), raw(1, b'"t"', None)])
     assert changes == [(b'{"k":1}', b'{"a":  1}'), (b'"t"', None)]
     assert failed == []
 
@@ -37,7 +37,7 @@ def test_the_mirror_keeps_value_bytes_as_sent_and_encodes_keys_as_get_does() -> 
 def test_the_mirror_leaves_out_what_does_not_decode_and_keyless_records() -> None:
     maker = ChangeMaker.configured("str", "json", None)
     bad_json, keyless = raw(1, b"b", b"{nope"), raw(2, None, b"{}")
-    changes, failed = maker.changes([raw(0, b"a", b"1"), bad_json, keyless, raw(3, b"c", b"3")])
+    changes, failed = maker.changes("table", 0, [raw(0, b"a", b"1"), bad_json, keyless, raw(3, b"c", b"3")])
     assert changes == [(b"a", b"1"), (b"c", b"3")]
     assert [record for record, _ in failed] == [bad_json, keyless]
     assert all(isinstance(error, ValueError) for _, error in failed)
@@ -45,7 +45,7 @@ def test_the_mirror_leaves_out_what_does_not_decode_and_keyless_records() -> Non
 
 def test_a_value_the_updater_hands_back_as_it_came_keeps_its_bytes() -> None:
     maker = ChangeMaker.configured("str", "json", UPDATER)
-    changes, failed = maker.changes([raw(0, b"a", b'{"keep": true,  "id": 1}'), raw(1, b"b", None)])
+    changes, failed = maker.changes("table", 0, [raw(0, b"a", b'{"keep": true,  "id": 1}'), raw(1, b"b", None)])
     assert changes == [(b"a", b'{"keep": true,  "id": 1}'), (b"b", None)]
     assert failed == []
 
@@ -53,6 +53,8 @@ def test_a_value_the_updater_hands_back_as_it_came_keeps_its_bytes() -> None:
 def test_new_values_are_encoded_and_a_failed_record_applies_nothing() -> None:
     maker = ChangeMaker.configured("str", "json", UPDATER)
     no_id = raw(1, b"b", b'{"alias": "B"}')
-    changes, failed = maker.changes([raw(0, b"a", b'{"alias": "A", "id": 7}'), no_id, raw(2, b"c", b'{"keep": 1}')])
+    changes, failed = maker.changes(
+        "table", 0, [raw(0, b"a", b'{"alias": "A", "id": 7}'), no_id, raw(2, b"c", b'{"keep": 1}')]
+    )
     assert changes == [(b"A", b'{"of":"a"}'), (b"7", b'{"alias": "A", "id": 7}'), (b"c", b'{"keep": 1}')]
     assert [(record, repr(error)) for record, error in failed] == [(no_id, "KeyError('id')")]

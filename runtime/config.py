@@ -131,12 +131,6 @@ class GlobalStoreConfig(Strict):
             raise ValueError("snapshots are ingested into RocksDB stores only")
         return self
 
-    def updater_instance(self) -> GlobalStoreUpdater:
-        if self.updater is None:
-            return GlobalStoreUpdater()
-        found: type[GlobalStoreUpdater] = import_object(self.updater)
-        return found()
-
 
 def _import_subclass(path: str, base: type, what: str) -> None:
     try:

@@ -60,6 +60,10 @@ class Clients:
         }
 
     def consumer(self, **overrides: Any) -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(**self.consumer_options(**overrides))
+
+    def consumer_options(self, **overrides: Any) -> dict[str, Any]:
+        """A consumer's keyword arguments, picklable: a reader process builds the same consumer from them."""
         defaults: dict[str, Any] = {
             "group_id": self._config.app_id,
             "enable_auto_commit": False,
@@ -69,7 +73,7 @@ class Clients:
             "partition_assignment_strategy": (RangePartitionAssignor,),
             "client_id": f"{self._config.app_id}-consumer",
         }
-        return AIOKafkaConsumer(**self._options({**self._config.kafka.consumer, **overrides}, defaults))
+        return self._options({**self._config.kafka.consumer, **overrides}, defaults)
 
     def producer(self, **overrides: Any) -> AIOKafkaProducer:
         defaults: dict[str, Any] = {

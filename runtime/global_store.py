@@ -5,15 +5,13 @@ from __future__ import annotations
 import logging
 import traceback
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from processors.global_updater import GlobalStoreUpdater
-from processors.record import Record
-from processors.serdes import resolve_serde
 from runtime.config import AppConfig, GlobalStoreConfig
+from runtime.global_changes import ChangeMaker, Failed
 from stores import Backend, Change, KeyValueStore, ReadOnlyStore, StoreCorrupted, StoreLocked, open_backend, wipe
 
 log = logging.getLogger(__name__)
@@ -23,7 +21,7 @@ MAX_COPIES = 32
 """Worker processes on one machine each keep a copy of a RocksDB global store: `0/`, `1/`, ..."""
 
 
-OnFailures = Callable[["GlobalStore", list[tuple[Any, BaseException]]], Awaitable[None]]
+OnFailures = Callable[["GlobalStore", list[Failed]], Awaitable[None]]
 """Told of the records of a batch that failed (raw record, error) before the batch is written."""
 
 
@@ -61,13 +59,9 @@ class GlobalStore:
         self.failures: deque[ApplyFailure] = deque(maxlen=KEPT_FAILURES)
         self.failure_count = 0
         self.applied = 0
-        self._keys = resolve_serde(spec.key_serde)
-        self._values = resolve_serde(spec.value_serde)
-        self._store = KeyValueStore(backend, self._keys, self._values, name=name)
+        self._maker = ChangeMaker.configured(spec.key_serde, spec.value_serde, spec.updater)
+        self._store = KeyValueStore(backend, self._maker.keys, self._maker.values, name=name)
         self._on_failures = on_failures
-        self._failed: list[tuple[Any, BaseException]] = []  # of the batch being applied
-        self._updater = spec.updater_instance()
-        self._mirrors = type(self._updater).changes is GlobalStoreUpdater.changes
         self.view = ReadOnlyStore(self._store)
 
     @classmethod
@@ -104,55 +98,18 @@ class GlobalStore:
         A record that fails to decode or update is left out, recorded and handed to `on_failures`
         (which dead-letters it) before the write moves the offset past it.
         """
-        changes = self._mirrored(records) if self._mirrors else self._updated(records)
-        failed = self._failed
+        changes, failed = self._maker.changes(self.spec.topic, partition, records)
         if failed:
-            self._failed = []
             self.failure_count += len(failed)
             self.failures.extend(_failure(raw, error) for raw, error in failed)
             await self._on_failures(self, failed)
         self._store.restore(changes, next_offset, source=partition)
         self.applied += len(records) - len(failed)
 
-    def _mirrored(self, records: list[Any]) -> list[Change]:
-        """The default update without a round trip through objects: the value bytes are kept as sent,
-        once they are known to decode; the key is encoded again, as `get` encodes it."""
-        changes: list[Change] = []
-        encode_key, decode_key, decode_value = self._keys.serialize, self._keys.deserialize, self._values.deserialize
-        for raw in records:
-            try:
-                if raw.key is None:
-                    raise ValueError("a record without a key cannot be stored")
-                if raw.value is not None:
-                    decode_value(raw.value)
-                changes.append((encode_key(decode_key(raw.key)), raw.value))
-            except Exception as error:  # bad data: recorded, the store goes on
-                self._failed.append((raw, error))
-        return changes
-
-    def _updated(self, records: list[Any]) -> list[Change]:
-        changes: list[Change] = []
-        append, updater_changes = changes.append, self._updater.changes
-        encode_key, encode_value = self._keys.serialize, self._values.serialize
-        decode_key, decode_value = self._keys.deserialize, self._values.deserialize
-        for raw in records:
-            done = len(changes)
-            try:
-                record = Record(
-                    raw.topic,
-                    raw.partition,
-                    raw.offset,
-                    raw.timestamp,
-                    None if raw.key is None else decode_key(raw.key),
-                    None if raw.value is None else decode_value(raw.value),
-                    raw.headers,
-                )
-                for key, value in updater_changes(record):
-                    append((encode_key(key), None if value is None else encode_value(value)))
-            except Exception as error:  # bad data or a failing updater: recorded, the store goes on
-                del changes[done:]  # nothing of a failed record is applied
-                self._failed.append((raw, error))
-        return changes
+    def write(self, partition: int, changes: Iterable[Change], applied: int, next_offset: int) -> None:
+        """Changes made elsewhere (by a bootstrap reader) of `applied` records, written with `next_offset`."""
+        self._store.restore(changes, next_offset, source=partition)
+        self.applied += applied
 
     def close(self) -> None:
         self._store.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from runtime.config import AppConfig, ErrorPolicy
 from runtime.connection import Clients, start_with_retries
 from runtime.counters import Counters
 from runtime.failures import FailureHandler, Stage
+from runtime.global_readers import ReaderFailed, ReaderJob, ReaderProcess, StoreSettings, plan
 from runtime.global_store import GlobalStore
 from runtime.outputs import Outputs
 from stores import ReadOnlyStore, RocksDBBackend
@@ -31,6 +33,11 @@ from stores.snapshot_location import newest_snapshot
 log = logging.getLogger(__name__)
 
 FETCH_RECORDS = 20_000
+READ_IN_PROCESSES = 200_000
+"""Records to read at bootstrap from which reader processes do it: they take a few hundred ms to start."""
+READERS_PER_CPU = 2
+"""Reader processes per topic and CPU at most: more readers than CPUs even out partitions that do not
+divide among the CPUs (3 on 2), as the system shares the CPUs among them."""
 FOLLOW_POLL_MS = 500
 BOOTSTRAP_POLL_MS = 200
 
@@ -96,6 +103,12 @@ class GlobalStores:
             consumer.seek(tp, start)
             self._positions[tp] = start
         applied_before = self._applied()
+        backlog = sum(self._ends[tp] - position for tp, position in self._positions.items())
+        cpus = os.cpu_count() or 1
+        if backlog >= READ_IN_PROCESSES and cpus > 1:
+            await self._read_in_processes(READERS_PER_CPU * cpus)
+            for tp, position in self._positions.items():
+                consumer.seek(tp, position)
         while any(self._positions[tp] < end for tp, end in self._ends.items()):
             await self._poll(BOOTSTRAP_POLL_MS)
         self.bootstrap_seconds = time.monotonic() - started
@@ -187,13 +200,7 @@ class GlobalStores:
         assert consumer is not None
         batches = await consumer.getmany(timeout_ms=timeout_ms, max_records=FETCH_RECORDS)
         for tp, records in batches.items():
-            next_offset = await consumer.position(tp)
-            for store in self._readers[tp]:
-                stored = store.next_offset(tp.partition)
-                new = records if stored is None else [raw for raw in records if raw.offset >= stored]
-                await store.apply(tp.partition, new, next_offset)
-            self._positions[tp] = next_offset
-            self._counters.global_records += len(records)
+            await self._apply(tp, records, await consumer.position(tp))
         for tp in self._positions:
             end = consumer.last_stable_offset(tp)
             if end is not None and end > self._ends.get(tp, 0):
@@ -202,6 +209,51 @@ class GlobalStores:
         for tp, position in self._positions.items():
             if position < self._ends.get(tp, 0) and tp not in batches:
                 self._positions[tp] = await consumer.position(tp)
+
+    async def _apply(self, tp: TopicPartition, records: list[Any], next_offset: int) -> None:
+        for store in self._readers[tp]:
+            stored = store.next_offset(tp.partition)
+            new = records if stored is None else [raw for raw in records if raw.offset >= stored]
+            await store.apply(tp.partition, new, next_offset)
+        self._positions[tp] = next_offset
+        self._counters.global_records += len(records)
+
+    async def _read_in_processes(self, processes: int) -> None:
+        """A large backlog is read by reader processes (runtime/global_readers.py), at most `processes`
+        per topic, while this one writes; what they leave (records written meanwhile, or the rest of a
+        reader that failed) is read here."""
+        ranges = {tp: (position, self._ends[tp]) for tp, position in self._positions.items()}
+        options = self._clients.consumer_options(group_id=None, client_id=f"{self._config.app_id}-global-stores")
+        readers: list[ReaderProcess] = []
+        applying: list[asyncio.Task[None]] = []
+        try:
+            for group in plan(ranges, processes):
+                stores = [_reader_settings(store, group) for store in self._readers[group[0]]]
+                job = ReaderJob(options, group[0].topic, {tp.partition: ranges[tp] for tp in group}, stores)
+                readers.append(await ReaderProcess.start(job))
+            log.info("global stores: %d reader processes read %d records", len(readers),
+                     sum(end - start for start, end in ranges.values()))  # fmt: skip
+            applying = [asyncio.create_task(self._apply_from(reader)) for reader in readers]
+            await asyncio.gather(*applying)
+        finally:
+            for task in applying:
+                task.cancel()
+            for reader in readers:
+                await reader.stop()
+
+    async def _apply_from(self, reader: ReaderProcess) -> None:
+        try:
+            async for batch in reader.batches():
+                tp = TopicPartition(reader.job.topic, batch.partition)
+                if batch.changes is None:
+                    await self._apply(tp, batch.records, batch.next_offset)
+                    continue
+                for store, (applied, changes) in zip(self._readers[tp], batch.changes, strict=True):
+                    store.write(tp.partition, changes, applied, batch.next_offset)
+                self._positions[tp] = batch.next_offset
+                self._counters.global_records += batch.read
+        except ReaderFailed as error:
+            log.warning("%s: the worker reads the rest itself", error)
 
     async def _on_failures(self, store: GlobalStore, failed: list[tuple[Any, BaseException]]) -> None:
         self._counters.global_store_errors += len(failed)
@@ -217,3 +269,9 @@ class GlobalStores:
 
     def _applied(self) -> int:
         return sum(store.applied + store.failure_count for store in self._stores.values())
+
+
+def _reader_settings(store: GlobalStore, partitions: list[TopicPartition]) -> StoreSettings:
+    stored = {tp.partition: store.next_offset(tp.partition) for tp in partitions}
+    starts = {partition: offset for partition, offset in stored.items() if offset is not None}
+    return StoreSettings(store.spec.key_serde, store.spec.value_serde, store.spec.updater, starts)

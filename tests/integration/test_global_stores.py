@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from examples.acquirers.terminals import table_row
+from runtime import global_stores
 from runtime.config import AppConfig, parse_app
 from runtime.telemetry import Telemetry
 from runtime.worker import Worker, WorkerFailed
@@ -210,6 +212,41 @@ async def test_a_malformed_row_is_recorded_and_the_store_goes_on(
     headers = dict(letters[0].headers)
     assert headers["error.stage"] == b"global-store update" and headers["error.processor"] == STORE.encode()
     assert headers["source.offset"] == str(failures[0].offset).encode()
+
+
+async def test_a_large_table_is_read_by_reader_processes_with_the_same_results(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(global_stores, "READ_IN_PROCESSES", 1_000)
+    names = Names(topic_name)
+    await prepare(kafka_bootstrap, names)
+    bad_json, bad_row = (b"T000007", b'{"id": 7, "terminalId": '), (b"T000008", b'{"id": 8}')
+    await produce(kafka_bootstrap, names.table, [*rows(3_000), bad_json, bad_row, *rows(5, active=False)])
+    worker = Worker(router_app(names, tmp_path), kafka_bootstrap, until_caught_up=True)
+    with caplog.at_level(logging.INFO, logger="runtime.global_stores"):
+        running = asyncio.create_task(worker.run())
+        await asyncio.wait_for(worker.ready.wait(), 60)
+    assert "reader processes read 3007 records" in caplog.text
+    view = worker.global_stores.views[STORE]
+    assert [view.get(f"T{n:06d}") for n in (4, 5, 7, 8, 2_999)] == [None, "ACQ-SOUTH", "ACQ-SOUTH", "ACQ-NORTH",
+                                                                     "ACQ-SOUTH"]  # fmt: skip
+    failures = worker.global_stores.failures(STORE)
+    await asyncio.wait_for(running, 60)
+
+    assert sorted((f.key, f.message.split(":")[0]) for f in failures) == [
+        (b"T000007", "JSONDecodeError"), (b"T000008", "KeyError")
+    ]  # fmt: skip
+    assert all("Traceback" in f.stack_trace for f in failures)
+    assert worker.counters.global_records == 3_007
+    assert worker.counters.global_store_errors == 2
+    letters = await read_topic(kafka_bootstrap, f"{names.app}-dead-letters")
+    assert sorted((r.key, r.value) for r in letters) == [bad_json, bad_row]
+
+    await produce(kafka_bootstrap, names.table, rows(100, start=3_000))
+    restarted = Worker(router_app(names, tmp_path), kafka_bootstrap, until_caught_up=True)
+    await restarted.run()
+    assert restarted.counters.global_records == 100
 
 
 async def test_each_worker_holds_the_whole_table(kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path) -> None:

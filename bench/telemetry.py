@@ -45,18 +45,18 @@ def parse_args() -> argparse.Namespace:
 
 
 @contextlib.contextmanager
-def otlp_receiver(workdir: Path) -> Iterator[str]:
+def otlp_receiver(workdir: Path) -> Iterator[tuple[str, str]]:
     """The local Jaeger when scripts/jaeger.sh has built it, else a sink that drops what it gets."""
     if jaeger_is_built():
         jaeger = LocalJaeger(workdir / "jaeger.log")
         jaeger.start()
         try:
-            yield jaeger.otlp_endpoint
+            yield "Jaeger v2 (in-memory storage)", jaeger.otlp_endpoint
         finally:
             jaeger.stop()
     else:
         with OtlpReceiver() as sink:
-            yield sink.endpoint
+            yield "a local OTLP sink", sink.endpoint
 
 
 def run_variant(
@@ -84,21 +84,17 @@ def main() -> None:
     input_topic = f"bench-in-{uuid.uuid4().hex[:8]}"
     runs: dict[str, list[Measurement]] = {name: [] for name in VARIANTS}
     dropped: dict[str, list[int]] = {name: [] for name in VARIANTS}
-    receiver = "Jaeger v2 (in-memory storage)" if jaeger_is_built() else "a local OTLP sink"
-    with kafka(args.bootstrap) as bootstrap:
-        print(f"traces go over OTLP/HTTP to {receiver}, started afresh for each run")
+    with kafka(args.bootstrap) as bootstrap, otlp_receiver(workdir) as (receiver, endpoint):
+        print(f"traces go over OTLP/HTTP to {receiver} at {endpoint}")
         asyncio.run(create_topics(bootstrap, {input_topic: args.partitions}))
         print(f"filling {input_topic} ({args.partitions} partitions) with {args.records:,} records ...")
         fill_rate = asyncio.run(fill_topic(bootstrap, input_topic, args.records, args.partitions))
         print(f"  produced at {fill_rate:,.0f} rec/s")
         for run in range(1, args.runs + 1):
             for name, ratio in VARIANTS.items():
-                # A fresh backend each time: Jaeger still busy with (or evicting) the spans of an
-                # earlier run would take the cores from this one.
-                with otlp_receiver(workdir) if ratio is not None else contextlib.nullcontext("") as endpoint:
-                    measured, spans_dropped = run_variant(
-                        bootstrap, input_topic, args, workdir, telemetry_section(ratio, endpoint)
-                    )
+                measured, spans_dropped = run_variant(
+                    bootstrap, input_topic, args, workdir, telemetry_section(ratio, endpoint)
+                )
                 runs[name].append(measured)
                 dropped[name].append(spans_dropped)
                 relative = measured.rate(args.records) / runs["none"][-1].rate(args.records)

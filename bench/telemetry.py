@@ -9,11 +9,14 @@ import argparse
 import asyncio
 import contextlib
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from bench.app import REPO_ROOT, AppSpec
 from bench.broker import create_topics, kafka
@@ -45,18 +48,34 @@ def parse_args() -> argparse.Namespace:
 
 
 @contextlib.contextmanager
-def otlp_receiver(workdir: Path) -> Iterator[tuple[str, str]]:
-    """The local Jaeger when scripts/jaeger.sh has built it, else a sink that drops what it gets."""
+def otlp_receiver(workdir: Path) -> Iterator[tuple[str, str, int | None]]:
+    """The local Jaeger when scripts/jaeger.sh has built it, else a sink that drops what it gets:
+    (what it is, its endpoint, the process to wait for before a run)."""
     if jaeger_is_built():
         jaeger = LocalJaeger(workdir / "jaeger.log")
         jaeger.start()
         try:
-            yield "Jaeger v2 (in-memory storage)", jaeger.otlp_endpoint
+            yield "Jaeger v2 (in-memory storage)", jaeger.otlp_endpoint, jaeger.pid
         finally:
             jaeger.stop()
     else:
         with OtlpReceiver() as sink:
-            yield "a local OTLP sink", sink.endpoint
+            yield "a local OTLP sink", sink.endpoint, None
+
+
+def settle(pid: int | None, timeout_s: float = 60.0) -> float:
+    """Waits until the backend is idle (under 2% of a core over half a second): after a run at ratio 1.0
+    Jaeger goes on storing and evicting spans for a while, which would take the cores from the next
+    run. Returns the seconds waited."""
+    if pid is None:
+        return 0.0
+    backend, started = psutil.Process(pid), time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        before = sum(backend.cpu_times()[:2])
+        time.sleep(0.5)
+        if sum(backend.cpu_times()[:2]) - before < 0.01:
+            break
+    return time.monotonic() - started
 
 
 def run_variant(
@@ -84,7 +103,7 @@ def main() -> None:
     input_topic = f"bench-in-{uuid.uuid4().hex[:8]}"
     runs: dict[str, list[Measurement]] = {name: [] for name in VARIANTS}
     dropped: dict[str, list[int]] = {name: [] for name in VARIANTS}
-    with kafka(args.bootstrap) as bootstrap, otlp_receiver(workdir) as (receiver, endpoint):
+    with kafka(args.bootstrap) as bootstrap, otlp_receiver(workdir) as (receiver, endpoint, backend):
         print(f"traces go over OTLP/HTTP to {receiver} at {endpoint}")
         asyncio.run(create_topics(bootstrap, {input_topic: args.partitions}))
         print(f"filling {input_topic} ({args.partitions} partitions) with {args.records:,} records ...")
@@ -92,6 +111,7 @@ def main() -> None:
         print(f"  produced at {fill_rate:,.0f} rec/s")
         for run in range(1, args.runs + 1):
             for name, ratio in VARIANTS.items():
+                settle(backend)
                 measured, spans_dropped = run_variant(
                     bootstrap, input_topic, args, workdir, telemetry_section(ratio, endpoint)
                 )

@@ -61,6 +61,10 @@ class LocalJaeger:
                 raise RuntimeError(f"Jaeger did not start; see {self._log}")
             time.sleep(0.2)
 
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
     def stop(self) -> None:
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()

@@ -333,17 +333,8 @@ class ProcessScope(AbstractContextManager[RecordSpan]):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        span = self.span
-        try:
-            if isinstance(exc, Exception):  # not cancellation: the task stopping is no error
-                span.record_exception(exc)
-                span.set_attribute(ERROR_TYPE, qualified_name(type(exc)))
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        finally:
-            if self._token is not None:
-                context_api.detach(self._token)
-                self._token = None
-            span.end()
+        token, self._token = self._token, None
+        _end(self.span, token, exc)
 
 
 class _ActiveSpan(AbstractContextManager[Span | None]):
@@ -369,17 +360,22 @@ class _ActiveSpan(AbstractContextManager[Span | None]):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        span = self._span
-        try:
-            if isinstance(exc, Exception):
-                span.record_exception(exc)
-                span.set_attribute(ERROR_TYPE, qualified_name(type(exc)))
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        finally:
-            if self._token is not None:
-                context_api.detach(self._token)
-                self._token = None
-            span.end()
+        token, self._token = self._token, None
+        _end(self._span, token, exc)
+
+
+def _end(span: Span, token: Token[Context] | None, exc: BaseException | None) -> None:
+    """Ends a span that was current: an exception escaping its block is recorded and sets the status
+    to ERROR (not cancellation: the task stopping is no error), and the context before it is back."""
+    try:
+        if isinstance(exc, Exception):
+            span.record_exception(exc)
+            span.set_attribute(ERROR_TYPE, qualified_name(type(exc)))
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+    finally:
+        if token is not None:
+            context_api.detach(token)
+        span.end()
 
 
 class _Attached(AbstractContextManager[None]):

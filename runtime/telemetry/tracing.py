@@ -26,6 +26,7 @@ from binascii import hexlify
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import Token
+from itertools import repeat
 from os import urandom
 from random import getrandbits
 from types import TracebackType
@@ -74,7 +75,6 @@ _NOTHING: Final[AbstractContextManager[None]] = nullcontext()
 _NO_PARENT: Final = Context()
 TRACEPARENT: Final = "traceparent"
 BAGGAGE: Final = "baggage"
-IDS_PER_DRAW: Final = 4096
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _UNSAMPLED: Final = TraceFlags(TraceFlags.DEFAULT)
 _NO_FIELDS: Final[Fields] = []
@@ -148,8 +148,6 @@ class OtelRecordTracer(RecordTracer):
         self._dropped_context = trace.set_span_in_context(NonRecordingSpan(shared), _NO_PARENT)
         self._base_attributes: dict[tuple[str, int, str | None], dict[str, AttributeValue]] = {}
         self._names: dict[str, str] = {}
-        self._drawn: list[TraceDecision] = []  # the next new traces' decisions, drawn in bulk
-        self._cursor = 0
 
     def batch_context(self) -> AbstractContextManager[None]:
         """Makes the shared non-recording span current, for the records that get no span of their own."""
@@ -163,17 +161,21 @@ class OtelRecordTracer(RecordTracer):
         was not sampled (its context passes on as it came). A record with baggage is never dropped
         here: its baggage must be current while it is processed.
         """
-        if self._bound_digits is not None and not any([raw.headers for raw in records]):
-            return self._new_traces(len(records))  # the common case: a slice of the drawn decisions
-        return [self._decide(raw) for raw in records]
+        if self._bound_digits is None:
+            return [self._decide(raw) for raw in records]
+        decisions = self._new_traces(len(records))
+        if any([raw.headers for raw in records]):  # the common case has none: every record starts a trace
+            for index, raw in enumerate(records):
+                propagation = _propagation(raw.headers)
+                if propagation:
+                    decisions[index] = self._dropped_child(propagation)
+        return decisions
 
     def _decide(self, raw: Any) -> TraceDecision:
-        if raw.headers:
-            propagation = [header for header in raw.headers if header[0] in PROPAGATION_HEADERS]
-            if propagation:
-                return self._dropped_child(propagation)
-        if self._bound_digits is not None:
-            return self._new_traces(1)[0]
+        """One record's decision by the configured sampler (not the parent-based ratio)."""
+        propagation = _propagation(raw.headers)
+        if propagation:
+            return self._dropped_child(propagation)
         trace_id = b"%032x" % (getrandbits(128) or 1)
         attributes = self._attributes(raw.topic, raw.partition, self._group)
         if self._sampled(_NO_PARENT, int(trace_id, 16), self._name(raw.topic), attributes):
@@ -192,28 +194,30 @@ class OtelRecordTracer(RecordTracer):
         return propagation if _is_unsampled_parent(traceparent) else None
 
     def _new_traces(self, count: int) -> list[TraceDecision]:
-        taken: list[TraceDecision] = []
-        while len(taken) < count:
-            if self._cursor == len(self._drawn):
-                self._draw()
-            end = min(len(self._drawn), self._cursor + count - len(taken))
-            taken.extend(self._drawn[self._cursor : end])
-            self._cursor = end
-        return taken
+        """Decisions for `count` new traces under the ratio: each a random trace id, sampled when its
+        low half is below the bound. The high half and the unsampled span id are shared by the call;
+        the low halves make the ids unique.
 
-    def _draw(self) -> None:
-        """Decisions for the next `IDS_PER_DRAW` new traces under the ratio: each a random trace id,
-        sampled when its low half is below the bound. The high half and the unsampled span id are
-        shared by the draw; the low halves make the ids unique."""
+        Drawn per batch and built by C-level calls (join, split, map), not a Python loop: a record
+        that is dropped then costs a few allocations, and nothing drawn outlives its batch.
+        """
         assert self._bound_digits is not None
-        lows = hexlify(urandom(8 * IDS_PER_DRAW), b"|", 8).split(b"|")
+        if not count:
+            return []
+        lows = hexlify(urandom(8 * count), b"|", 8).split(b"|")
         high = hexlify(urandom(8))
         span_id = hexlify(urandom(8))
         while span_id == b"0" * 16:  # an all-zero span id is invalid
             span_id = hexlify(urandom(8))
-        head, tail, bound = b"00-" + high, b"-" + span_id + b"-00", self._bound_digits
-        self._drawn = [high + low if low < bound else [(TRACEPARENT, head + low + tail)] for low in lows]
-        self._cursor = 0
+        head, tail = b"00-" + high, b"-" + span_id + b"-00"
+        traceparents = (head + (tail + b"|" + head).join(lows) + tail).split(b"|")
+        decisions: list[TraceDecision] = list(map(list, zip(zip(repeat(TRACEPARENT), traceparents))))
+        bound = self._bound_digits
+        if min(lows) < bound:
+            for index, low in enumerate(lows):
+                if low < bound:
+                    decisions[index] = high + low
+        return decisions
 
     def start_process_span(
         self,
@@ -399,6 +403,11 @@ class _Attached(AbstractContextManager[None]):
         if self._token is not None:
             context_api.detach(self._token)
             self._token = None
+
+
+def _propagation(headers: HeaderList | None) -> list[tuple[str, bytes]]:
+    """The trace context and baggage headers among a record's headers."""
+    return [header for header in headers if header[0] in PROPAGATION_HEADERS] if headers else []
 
 
 def _is_unsampled_parent(traceparent: bytes | None) -> bool:

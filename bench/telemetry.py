@@ -1,6 +1,6 @@
 """Telemetry's cost: stateless throughput with tracing off, at ratio 0.01 and at ratio 1.0.
 
-`python -m bench.telemetry [--records 1000000] [--runs 5] [--partitions 6] [--bootstrap HOST:PORT]`
+`python -m bench.telemetry [--records 1000000] [--runs 5] [--partitions 6] [--variants ...] [--bootstrap HOST:PORT]`
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local broker")
     parser.add_argument("--guarantee", default="at_least_once")
+    parser.add_argument(
+        "--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), help="none always runs: the baseline"
+    )
     return parser.parse_args()
 
 
@@ -101,8 +104,9 @@ def main() -> None:
     args = parse_args()
     workdir = run_directory("telemetry")
     input_topic = f"bench-in-{uuid.uuid4().hex[:8]}"
-    runs: dict[str, list[Measurement]] = {name: [] for name in VARIANTS}
-    dropped: dict[str, list[int]] = {name: [] for name in VARIANTS}
+    variants = {name: ratio for name, ratio in VARIANTS.items() if name == "none" or name in args.variants}
+    runs: dict[str, list[Measurement]] = {name: [] for name in variants}
+    dropped: dict[str, list[int]] = {name: [] for name in variants}
     with kafka(args.bootstrap) as bootstrap, otlp_receiver(workdir) as (receiver, endpoint, backend):
         print(f"traces go over OTLP/HTTP to {receiver} at {endpoint}")
         asyncio.run(create_topics(bootstrap, {input_topic: args.partitions}))
@@ -110,7 +114,7 @@ def main() -> None:
         fill_rate = asyncio.run(fill_topic(bootstrap, input_topic, args.records, args.partitions))
         print(f"  produced at {fill_rate:,.0f} rec/s")
         for run in range(1, args.runs + 1):
-            for name, ratio in VARIANTS.items():
+            for name, ratio in variants.items():
                 settle(backend)
                 measured, spans_dropped = run_variant(
                     bootstrap, input_topic, args, workdir, telemetry_section(ratio, endpoint)

@@ -12,7 +12,17 @@ from typing import Any
 
 from runtime.config import AppConfig, GlobalStoreConfig
 from runtime.global_changes import ChangeMaker, Failed
-from stores import Backend, Change, KeyValueStore, ReadOnlyStore, StoreCorrupted, StoreLocked, open_backend, wipe
+from stores import (
+    Backend,
+    Change,
+    KeyValueStore,
+    ReadOnlyStore,
+    RocksDBBackend,
+    StoreCorrupted,
+    StoreLocked,
+    open_backend,
+    wipe,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +119,17 @@ class GlobalStore:
     def write(self, partition: int, changes: Iterable[Change], applied: int, next_offset: int) -> None:
         """Changes made elsewhere (by a bootstrap reader) of `applied` records, written with `next_offset`."""
         self._store.restore(changes, next_offset, source=partition)
+        self.applied += applied
+
+    @property
+    def incoming(self) -> Path | None:
+        """Where bootstrap readers leave SST files for a RocksDB store to ingest: beside its copy."""
+        return None if self.path is None else self.path.with_name(f"{self.path.name}.incoming")
+
+    def ingest(self, partition: int, sst: str, applied: int, next_offset: int) -> None:
+        """An SST file a bootstrap reader wrote with the changes of `applied` records, then `next_offset`."""
+        assert isinstance(self.backend, RocksDBBackend), "only a RocksDB store gets SST files"
+        self.backend.ingest([sst], next_offset, source=partition, move=True)
         self.applied += applied
 
     def close(self) -> None:

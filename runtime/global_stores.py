@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -38,6 +39,9 @@ READ_IN_PROCESSES = 200_000
 READERS_PER_CPU = 2
 """Reader processes per topic and CPU at most: more readers than CPUs even out partitions that do not
 divide among the CPUs (3 on 2), as the system shares the CPUs among them."""
+SST_RECORDS = 250_000
+"""Records of a partition a reader gathers into one SST file for a RocksDB store: fewer, larger files
+leave RocksDB less to compact, and the reader holds the changes of that many records meanwhile."""
 FOLLOW_POLL_MS = 500
 BOOTSTRAP_POLL_MS = 200
 
@@ -226,10 +230,15 @@ class GlobalStores:
         options = self._clients.consumer_options(group_id=None, client_id=f"{self._config.app_id}-global-stores")
         readers: list[ReaderProcess] = []
         applying: list[asyncio.Task[None]] = []
+        incoming = [store.incoming for store in self._stores.values() if store.incoming is not None]
         try:
+            for directory in incoming:
+                shutil.rmtree(directory, ignore_errors=True)  # what a bootstrap that crashed left
+                directory.mkdir(parents=True)
             for group in plan(ranges, processes):
                 stores = [_reader_settings(store, group) for store in self._readers[group[0]]]
-                job = ReaderJob(options, group[0].topic, {tp.partition: ranges[tp] for tp in group}, stores)
+                group_ranges = {tp.partition: ranges[tp] for tp in group}
+                job = ReaderJob(options, group[0].topic, group_ranges, stores, SST_RECORDS)
                 readers.append(await ReaderProcess.start(job))
             log.info("global stores: %d reader processes read %d records", len(readers),
                      sum(end - start for start, end in ranges.values()))  # fmt: skip
@@ -240,6 +249,8 @@ class GlobalStores:
                 task.cancel()
             for reader in readers:
                 await reader.stop()
+            for directory in incoming:
+                shutil.rmtree(directory, ignore_errors=True)
 
     async def _apply_from(self, reader: ReaderProcess) -> None:
         try:
@@ -248,8 +259,11 @@ class GlobalStores:
                 if batch.changes is None:
                     await self._apply(tp, batch.records, batch.next_offset)
                     continue
-                for store, (applied, changes) in zip(self._readers[tp], batch.changes, strict=True):
-                    store.write(tp.partition, changes, applied, batch.next_offset)
+                for store, (applied, changes, sst) in zip(self._readers[tp], batch.changes, strict=True):
+                    if sst is None:
+                        store.write(tp.partition, changes, applied, batch.next_offset)
+                    else:
+                        store.ingest(tp.partition, sst, applied, batch.next_offset)
                 self._positions[tp] = batch.next_offset
                 self._counters.global_records += batch.read
         except ReaderFailed as error:
@@ -274,4 +288,5 @@ class GlobalStores:
 def _reader_settings(store: GlobalStore, partitions: list[TopicPartition]) -> StoreSettings:
     stored = {tp.partition: store.next_offset(tp.partition) for tp in partitions}
     starts = {partition: offset for partition, offset in stored.items() if offset is not None}
-    return StoreSettings(store.spec.key_serde, store.spec.value_serde, store.spec.updater, starts)
+    sst_dir = None if store.incoming is None else str(store.incoming)
+    return StoreSettings(store.spec.key_serde, store.spec.value_serde, store.spec.updater, starts, sst_dir)

@@ -182,14 +182,24 @@ class RocksDBBackend:
         """A consistent copy (hard links where possible) in a new directory, with the offset."""
         Checkpoint(self._db).create_checkpoint(str(target))
 
-    def ingest(self, sst_files: Sequence[str | os.PathLike[str]], changelog_offset: int | None) -> None:
+    def ingest(
+        self,
+        sst_files: Sequence[str | os.PathLike[str]],
+        changelog_offset: int | None,
+        source: int = 0,
+        move: bool = False,
+    ) -> None:
         """Load SST files (raw-mode keys, e.g. a snapshot), then record the offset they cover.
 
         Not one atomic step, so the offset goes last: a crash in between leaves the old offset,
-        and replaying the changelog from there over the newer data ends in the same state.
+        and replaying the changelog from there over the newer data ends in the same state. Files
+        loaded later hide what earlier ones hold for the same keys, tombstones included. `move`
+        takes the files (linked or renamed into the database) instead of copying them.
         """
-        self._db.ingest_external_file([str(file) for file in sst_files], IngestExternalFileOptions())
-        self.write((), changelog_offset)
+        options = IngestExternalFileOptions()
+        options.set_move_files(move)
+        self._db.ingest_external_file([str(file) for file in sst_files], options)
+        self.write((), changelog_offset, source)
 
     def wipe(self) -> None:
         self.close()

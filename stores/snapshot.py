@@ -207,11 +207,12 @@ def sst_options() -> Options:
     return Options(raw_mode=True)
 
 
-def write_partition_sst(rows: Iterable[tuple[bytes, bytes]], path: str | os.PathLike[str]) -> int:
+def write_partition_sst(rows: Iterable[tuple[bytes, bytes | None]], path: str | os.PathLike[str]) -> int:
     """Writes rows, strictly increasing by key bytes, to one SST file; returns the row count.
 
-    Writes no file when there are no rows (RocksDB cannot make an empty SST). A repeated or
-    out-of-order key raises `ValueError` naming it.
+    A row whose value is None is a tombstone: ingested, it deletes the key from older data. Writes
+    no file when there are no rows (RocksDB cannot make an empty SST). A repeated or out-of-order
+    key raises `ValueError` naming it.
     """
     target = Path(path)
     writer: SstFileWriter | None = None
@@ -226,7 +227,10 @@ def write_partition_sst(rows: Iterable[tuple[bytes, bytes]], path: str | os.Path
                 target.parent.mkdir(parents=True, exist_ok=True)
                 writer = SstFileWriter(sst_options())
                 writer.open(str(target))
-            writer[key] = value
+            if value is None:
+                del writer[key]
+            else:
+                writer[key] = value
             previous = key
             count += 1
         if writer is not None:

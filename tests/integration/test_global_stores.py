@@ -52,7 +52,10 @@ class Names:
         self.north, self.south, self.unrouted = topic_name("north"), topic_name("south"), topic_name("unrouted")
 
 
-def router_app(names: Names, state_dir: Path, backend: str = "rocksdb", snapshots: Path | None = None) -> AppConfig:
+def router_app(
+    names: Names, state_dir: Path, backend: str = "rocksdb", snapshots: Path | None = None,
+    consumer: dict[str, Any] | None = None,
+) -> AppConfig:  # fmt: skip
     json_topic = {"partitions": 3, "key_serde": "str", "value_serde": "json"}
     global_store: dict[str, Any] = {
         "topic": names.table, "backend": backend, "key_serde": "str", "value_serde": "json",
@@ -72,6 +75,7 @@ def router_app(names: Names, state_dir: Path, backend: str = "rocksdb", snapshot
                        "unrouted": names.unrouted},
         }],
         "state_dir": str(state_dir),
+        "kafka": {"consumer": consumer or {}},
     })  # fmt: skip
 
 
@@ -247,6 +251,33 @@ async def test_a_large_table_is_read_by_reader_processes_with_the_same_results(
     restarted = Worker(router_app(names, tmp_path), kafka_bootstrap, until_caught_up=True)
     await restarted.run()
     assert restarted.counters.global_records == 100
+
+
+async def test_readers_hand_a_rocksdb_store_sst_files_whose_later_changes_and_deletions_win(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks of 400 records per SST file, from fetches of about a hundred: a row deactivated or moved in
+    a later chunk than the one that wrote it must end deleted or moved, and a row written again after
+    its deletion must be back."""
+    monkeypatch.setattr(global_stores, "READ_IN_PROCESSES", 1_000)
+    monkeypatch.setattr(global_stores, "SST_RECORDS", 400)
+    names = Names(topic_name)
+    await prepare(kafka_bootstrap, names)
+    await produce(kafka_bootstrap, names.table, rows(3_000))
+    await produce(kafka_bootstrap, names.table, rows(600, active=False))  # T000000..T000599 deleted
+    await produce(kafka_bootstrap, names.table, rows(100, start=500, acquirer=lambda n: "ACQ-WEST"))  # back
+    await produce(kafka_bootstrap, names.table, rows(200, start=2_800, acquirer=lambda n: "ACQ-EAST"))  # moved
+    config = router_app(names, tmp_path, consumer={"max_partition_fetch_bytes": 16_384})
+    worker = Worker(config, kafka_bootstrap, until_caught_up=True)
+    running = asyncio.create_task(worker.run())
+    await asyncio.wait_for(worker.ready.wait(), 60)
+    view = worker.global_stores.views[STORE]
+    expected = {n: None if n < 500 else "ACQ-WEST" if n < 600 else "ACQ-EAST" if n >= 2_800 else acquirer_of(n)
+                for n in range(3_000)}  # fmt: skip
+    assert {n: view.get(f"T{n:06d}") for n in range(3_000)} == expected
+    await asyncio.wait_for(running, 60)
+    assert worker.counters.global_records == 3_900
+    assert not list((tmp_path / names.app / "global" / STORE).glob("*.incoming")), "the SST files are cleared away"
 
 
 async def test_each_worker_holds_the_whole_table(kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 
 from processors.serdes import resolve_serde
 from runtime.backpressure import END_OF_RUN, Backpressure
+from runtime.collector import bulk_allocations, freeze_what_lives
 from runtime.commit import AtLeastOnce, AtMostOnce, CommitStrategy
 from runtime.config import AppConfig, Guarantee
 from runtime.connection import Clients, start_with_retries
@@ -107,11 +108,12 @@ class Worker:
         self.global_stores = GlobalStores(config, self._clients, self.counters)
         try:
             try:
-                with self.telemetry.tracer.span("global-store bootstrap", {"kafka_actor.global_stores":
-                                                                            sorted(config.global_stores)}):  # fmt: skip
+                attributes = {"kafka_actor.global_stores": sorted(config.global_stores)}
+                with self.telemetry.tracer.span("global-store bootstrap", attributes), bulk_allocations():
                     await self.global_stores.bootstrap(partition_counts)
             except StoreError as error:  # a refused snapshot, a store in use: the message says it all
                 raise WorkerFailed(str(error)) from error
+            freeze_what_lives()  # modules, clients and the global stores' tables: they live as long as the worker
             self._follower = asyncio.create_task(self.global_stores.follow(), name="global stores")
             try:
                 await self._run_clients(partition_counts)

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import Token
 from itertools import repeat
+from operator import attrgetter
 from os import urandom
 from random import getrandbits
 from types import TracebackType
@@ -78,6 +79,8 @@ BAGGAGE: Final = "baggage"
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _UNSAMPLED: Final = TraceFlags(TraceFlags.DEFAULT)
 _NO_FIELDS: Final[Fields] = []
+_LOW_STRIDE: Final = 17  # a low half's 16 hex digits and the "|" after it
+_HEADERS: Final = attrgetter("headers")
 
 
 class RecordTracer:
@@ -144,6 +147,9 @@ class OtelRecordTracer(RecordTracer):
         self._bound_digits = None
         if self._bound is not None:
             self._bound_digits = b"%016x" % self._bound if self._bound <= TraceIdRatioBased.TRACE_ID_LIMIT else b"g"
+        # Maps a low half's first digit to b"1" when it is at most the bound's first digit, else b"0".
+        first = (self._bound_digits or b"0")[0]
+        self._candidate_digits = bytes(0x31 if digit <= first else 0x30 for digit in range(256))
         shared = SpanContext(getrandbits(128) or 1, getrandbits(64) or 1, is_remote=False)
         self._dropped_context = trace.set_span_in_context(NonRecordingSpan(shared), _NO_PARENT)
         self._base_attributes: dict[tuple[str, int, str | None], dict[str, AttributeValue]] = {}
@@ -164,7 +170,7 @@ class OtelRecordTracer(RecordTracer):
         if self._bound_digits is None:
             return [self._decide(raw) for raw in records]
         decisions = self._new_traces(len(records))
-        if any([raw.headers for raw in records]):  # the common case has none: every record starts a trace
+        if any(map(_HEADERS, records)):  # the common case has none: every record starts a trace
             for index, raw in enumerate(records):
                 propagation = _propagation(raw.headers)
                 if propagation:
@@ -198,25 +204,30 @@ class OtelRecordTracer(RecordTracer):
         low half is below the bound. The high half and the unsampled span id are shared by the call;
         the low halves make the ids unique.
 
-        Drawn per batch and built by C-level calls (join, split, map), not a Python loop: a record
-        that is dropped then costs a few allocations, and nothing drawn outlives its batch.
+        Drawn per batch and built by C-level calls (hexlify, replace, split, map), not a Python loop:
+        a dropped record costs a few allocations, and nothing drawn outlives its batch. Only a low
+        half whose first digit is at most the bound's can be below it; C-level scans find those, so
+        at a small ratio Python looks at a few records of a batch.
         """
         assert self._bound_digits is not None
         if not count:
             return []
-        lows = hexlify(urandom(8 * count), b"|", 8).split(b"|")
+        lows = hexlify(urandom(8 * count), b"|", 8)  # the low halves, 16 hex digits each, "|" between
         high = hexlify(urandom(8))
         span_id = hexlify(urandom(8))
         while span_id == b"0" * 16:  # an all-zero span id is invalid
             span_id = hexlify(urandom(8))
         head, tail = b"00-" + high, b"-" + span_id + b"-00"
-        traceparents = (head + (tail + b"|" + head).join(lows) + tail).split(b"|")
+        traceparents = (head + lows.replace(b"|", tail + b"|" + head) + tail).split(b"|")
         decisions: list[TraceDecision] = list(map(list, zip(zip(repeat(TRACEPARENT), traceparents))))
         bound = self._bound_digits
-        if min(lows) < bound:
-            for index, low in enumerate(lows):
-                if low < bound:
-                    decisions[index] = high + low
+        candidates = lows[::_LOW_STRIDE].translate(self._candidate_digits)  # b"1": the first digit may be
+        index = candidates.find(b"1")
+        while index >= 0:
+            low = lows[_LOW_STRIDE * index : _LOW_STRIDE * index + 16]
+            if low < bound:
+                decisions[index] = high + low
+            index = candidates.find(b"1", index + 1)
         return decisions
 
     def start_process_span(

@@ -280,20 +280,21 @@ def test_dropped_records_get_no_span_and_pass_an_unsampled_context_on(spans: InM
         telemetry.shutdown()
 
 
+@pytest.mark.parametrize(("ratio", "fewest", "most"), [(0.25, 2_200, 2_800), (0.01, 60, 145), (0.9, 8_800, 9_200)])
 def test_the_ratio_samples_that_share_of_new_traces_with_the_trace_id_it_decided_on(
-    spans: InMemorySpanExporter,
+    spans: InMemorySpanExporter, ratio: float, fewest: int, most: int
 ) -> None:
-    config = TelemetryConfig.model_validate({"sampling_ratio": 0.25})
+    config = TelemetryConfig.model_validate({"sampling_ratio": ratio})
     telemetry = Telemetry(config, "app", span_exporter=spans)
     try:
-        decisions = telemetry.tracer.decide(consumed(*([] for _ in range(10_000))))  # more than one draw of ids
+        decisions = telemetry.tracer.decide(consumed(*([] for _ in range(10_000))))
         chosen = [decision for decision in decisions if isinstance(decision, bytes)]
         for offset, decision in enumerate(chosen):
             with telemetry.tracer.start_process_span("orders", 0, offset, None, [], decision=decision):
                 pass
         sampled = spans.get_finished_spans()
-        assert 2_200 < len(sampled) < 2_800
-        bound = TraceIdRatioBased.get_bound_for_rate(0.25)
+        assert fewest < len(sampled) < most
+        bound = TraceIdRatioBased.get_bound_for_rate(ratio)
         for span, decision in zip(sampled, chosen, strict=True):
             assert span.context is not None and span.context.trace_id == int(decision, 16)
             assert span.context.trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < bound

@@ -13,10 +13,10 @@ While it is processed, the current span is a non-recording one shared by the bat
 `RecordSpan` (see there for why not the SDK's span).
 
 With telemetry off a record takes about 10 µs here, so the 99% of records a 1% ratio drops must
-cost well under a microsecond each. New traces are therefore decided in bulk: 4,096 random ids at
-a time from `os.urandom`, as hex digits. The low 64 bits are what `TraceIdRatioBased` decides on,
-so comparing their digits with the ratio's bound (as hex) is the sampler's own decision, and the
-same id then becomes the span's (or the unsampled `traceparent`, built in the same pass).
+cost well under a microsecond each. New traces are therefore decided per batch: random ids from
+`os.urandom`, as hex digits. The low 64 bits are what `TraceIdRatioBased` decides on, so comparing
+their digits with the ratio's bound (as hex) is the sampler's own decision, and the same id then
+becomes the span's (or the unsampled `traceparent`, built for the whole batch by C-level calls).
 """
 
 from __future__ import annotations

@@ -16,8 +16,11 @@ from aiokafka import AIOKafkaProducer
 
 from processors.partitioner import partition_for
 from runtime.counters import Counters
+from runtime.telemetry.tracing import TRACEPARENT
 
 HeaderList = Sequence[tuple[str, bytes]]
+Headers = HeaderList | bytes
+"""A record's headers; bytes are a `traceparent` value, its only header (a traced record's output)."""
 _NO_HEADERS: list[tuple[str, bytes]] = []  # shared: the batch builder only reads it
 
 
@@ -51,7 +54,7 @@ class Outputs:
         topic: str,
         key: bytes | None,
         value: bytes | None,
-        headers: HeaderList = (),
+        headers: Headers = (),
         partition: int | None = None,
         timestamp_ms: int | None = None,
     ) -> None:
@@ -60,7 +63,11 @@ class Outputs:
             partition = partition_for(key, count) if key is not None else next(self._round_robin) % count
         target = (topic, partition)
         # aiokafka's batch builder takes lists only, and only reads them (it encodes them right away).
-        header_list = _NO_HEADERS if not headers else headers if headers.__class__ is list else list(headers)
+        kind = headers.__class__
+        header_list: Any = (
+            _NO_HEADERS if not headers else headers if kind is list
+            else [(TRACEPARENT, headers)] if kind is bytes else list(headers)
+        )  # fmt: skip
         builder = self._open.get(target)
         if builder is not None and builder.append(timestamp=timestamp_ms, key=key, value=value,
                                                   headers=header_list) is not None:  # fmt: skip
@@ -72,7 +79,7 @@ class Outputs:
         builder.append(timestamp=timestamp_ms, key=key, value=value, headers=header_list)
         self._open_counts[target] = 1
 
-    def append_all(self, records: Iterable[tuple[str, bytes | None, bytes | None, HeaderList]]) -> None:
+    def append_all(self, records: Iterable[tuple[str, bytes | None, bytes | None, Headers]]) -> None:
         """Append (topic, key, value, headers) records, each to its partition by Kafka's partitioner."""
         append, counts = self.append, self._partition_counts
         for topic, key, value, headers in records:

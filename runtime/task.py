@@ -299,8 +299,9 @@ class Task:
                     released = len(pending)
                     started = time.perf_counter() if timed else 0.0
                     try:
-                        if decision.__class__ is list:  # dropped: no span, the decision is the outputs' context
-                            context.trace_fields = decision
+                        kind = decision.__class__
+                        if kind is bytes or kind is list:  # dropped: no span, the decision is the outputs' context
+                            context.trace_fields = decision  # type: ignore[assignment]
                             result = process(record, context)
                             if is_async:
                                 await result  # type: ignore[misc]

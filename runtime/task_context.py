@@ -9,8 +9,9 @@ from typing import Any
 
 from processors.context import Context, Punctuation
 from processors.serdes import Serde
+from runtime.outputs import Headers
 from runtime.state import TaskState
-from runtime.telemetry.tracing import with_fields
+from runtime.telemetry.tracing import OutputContext, fields_of, with_fields
 from stores import KeyValueStore, ReadOnlyStore
 
 TopicSerdes = Mapping[str, tuple[Serde, Serde]]
@@ -25,7 +26,7 @@ class Punctuator:
 
 
 # (topic, key, value, headers), encoded: a plain tuple, since one is built per output record.
-PendingOutput = tuple[str, bytes | None, bytes | None, Sequence[tuple[str, bytes]]]
+PendingOutput = tuple[str, bytes | None, bytes | None, Headers]
 
 
 @dataclass
@@ -42,7 +43,7 @@ class TaskContext(Context):
     _state: TaskState | None = None
     pending: list[PendingOutput] = field(default_factory=list)
     # The trace context of the record being processed, which `send` gives its outputs (when traced).
-    trace_fields: Sequence[tuple[str, bytes]] = ()
+    trace_fields: OutputContext | tuple[()] = ()
     punctuators: list[Punctuator] = field(default_factory=list)
     # One lookup per `send` finds both encoders, and an output not declared is simply missing.
     _encoders: dict[str, tuple[Encode, Encode]] = field(init=False)
@@ -83,13 +84,15 @@ class TaskContext(Context):
                 f"processor '{self._processor_name}' sent to '{topic}', which is not among its outputs "
                 f"{sorted(self._outputs_allowed)}"
             ) from None
-        if headers:
-            if self.trace_fields:
-                headers = with_fields(headers, self.trace_fields)
+        carried: Headers
+        if not headers:
+            carried = self.trace_fields
+        elif self.trace_fields:
+            carried = with_fields(headers, fields_of(self.trace_fields))
         else:
-            headers = self.trace_fields
+            carried = headers
         self.pending.append(
-            (topic, None if key is None else encode_key(key), None if value is None else encode_value(value), headers)
+            (topic, None if key is None else encode_key(key), None if value is None else encode_value(value), carried)
         )
 
     def store(self, name: str) -> KeyValueStore:

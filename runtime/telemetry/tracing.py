@@ -26,12 +26,11 @@ from binascii import hexlify
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import Token
-from itertools import repeat
 from operator import attrgetter
 from os import urandom
 from random import getrandbits
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from opentelemetry import baggage, trace
 from opentelemetry import context as context_api
@@ -49,9 +48,14 @@ HeaderList = Sequence[tuple[str, bytes]]
 Fields = list[tuple[str, bytes]]
 """Propagation headers for a record's outputs (traceparent, tracestate, baggage). A list, as the
 producer's batch builder takes; shared by the record's outputs, so never changed in place."""
-TraceDecision = Fields | bytes | None
-"""A record's, before it is processed: its span is dropped and its outputs get these fields (a
-list); or it starts a new trace, sampled, with this id (32 hex digits); or None: its span decides."""
+OutputContext = Fields | bytes
+"""What a record's outputs carry on: its fields, or just a `traceparent` value (bytes). The bytes
+are the common case, a dropped record's: they are made a header only as the batch builder reads
+them (`Outputs.append`), so no list per record lives through a batch for the collector to count."""
+TraceDecision = OutputContext | int | None
+"""A record's, before it is processed: its span is dropped and its outputs carry this context
+(bytes or a list); or it starts a new trace, sampled, with this trace id (an int); or None: its
+span decides."""
 
 # Messaging semantic conventions, as in opentelemetry-semantic-conventions 0.66b2.
 MESSAGING_SYSTEM: Final = "messaging.system"
@@ -93,8 +97,8 @@ class RecordTracer:
         return _NOTHING
 
     def decide(self, records: Sequence[Any]) -> list[TraceDecision]:
-        """For each record (aiokafka's): the propagation fields for its outputs when its span is dropped
-        (a list), else what `start_process_span` takes as `decision`."""
+        """For each record (aiokafka's): its outputs' context when its span is dropped (bytes or a
+        list), else what `start_process_span` takes as `decision`."""
         return [_NO_FIELDS] * len(records)
 
     def start_process_span(
@@ -160,7 +164,7 @@ class OtelRecordTracer(RecordTracer):
         return _Attached(self._dropped_context)
 
     def decide(self, records: Sequence[Any]) -> list[TraceDecision]:
-        """For each record: the propagation fields for its outputs when its span is dropped, else what
+        """For each record: its outputs' context when its span is dropped, else what
         `start_process_span` takes as `decision`.
 
         Dropped: a record without trace context whose new trace the sampler drops, or one whose parent
@@ -185,8 +189,8 @@ class OtelRecordTracer(RecordTracer):
         trace_id = b"%032x" % (getrandbits(128) or 1)
         attributes = self._attributes(raw.topic, raw.partition, self._group)
         if self._sampled(_NO_PARENT, int(trace_id, 16), self._name(raw.topic), attributes):
-            return trace_id
-        return [(TRACEPARENT, b"00-" + trace_id + b"-%016x-00" % (getrandbits(64) or 1))]
+            return int(trace_id, 16)
+        return b"00-" + trace_id + b"-%016x-00" % (getrandbits(64) or 1)
 
     def _dropped_child(self, propagation: list[tuple[str, bytes]]) -> TraceDecision:
         if not self._parent_decides:
@@ -197,15 +201,17 @@ class OtelRecordTracer(RecordTracer):
                 return None
             if header_name == TRACEPARENT:
                 traceparent = value
-        return propagation if _is_unsampled_parent(traceparent) else None
+        if not _is_unsampled_parent(traceparent):
+            return None
+        return traceparent if len(propagation) == 1 else propagation
 
     def _new_traces(self, count: int) -> list[TraceDecision]:
         """Decisions for `count` new traces under the ratio: each a random trace id, sampled when its
         low half is below the bound. The high half and the unsampled span id are shared by the call;
         the low halves make the ids unique.
 
-        Drawn per batch and built by C-level calls (hexlify, replace, split, map), not a Python loop:
-        a dropped record costs a few allocations, and nothing drawn outlives its batch. Only a low
+        Drawn per batch and built by C-level calls (hexlify, replace, split), not a Python loop: a
+        dropped record costs one bytes object, which the collector does not track. Only a low
         half whose first digit is at most the bound's can be below it; C-level scans find those, so
         at a small ratio Python looks at a few records of a batch.
         """
@@ -218,15 +224,14 @@ class OtelRecordTracer(RecordTracer):
         while span_id == b"0" * 16:  # an all-zero span id is invalid
             span_id = hexlify(urandom(8))
         head, tail = b"00-" + high, b"-" + span_id + b"-00"
-        traceparents = (head + lows.replace(b"|", tail + b"|" + head) + tail).split(b"|")
-        decisions: list[TraceDecision] = list(map(list, zip(zip(repeat(TRACEPARENT), traceparents))))
+        decisions = cast(list[TraceDecision], (head + lows.replace(b"|", tail + b"|" + head) + tail).split(b"|"))
         bound = self._bound_digits
         candidates = lows[::_LOW_STRIDE].translate(self._candidate_digits)  # b"1": the first digit may be
         index = candidates.find(b"1")
         while index >= 0:
             low = lows[_LOW_STRIDE * index : _LOW_STRIDE * index + 16]
             if low < bound:
-                decisions[index] = high + low
+                decisions[index] = int(high + low, 16)
             index = candidates.find(b"1", index + 1)
         return decisions
 
@@ -258,8 +263,8 @@ class OtelRecordTracer(RecordTracer):
         name = self._name(topic)
         parent_span = trace.get_current_span(parent).get_span_context() if headers else trace.INVALID_SPAN_CONTEXT
         trace_state = parent_span.trace_state if parent_span.is_valid else None
-        if isinstance(decision, bytes):
-            trace_id, sampled = int(decision, 16), True
+        if decision.__class__ is int:
+            trace_id, sampled = decision, True
         else:
             trace_id = parent_span.trace_id if parent_span.is_valid else getrandbits(128) or 1
             if self._bound is None:
@@ -414,6 +419,11 @@ class _Attached(AbstractContextManager[None]):
         if self._token is not None:
             context_api.detach(self._token)
             self._token = None
+
+
+def fields_of(context: OutputContext) -> Fields:
+    """An output context as headers."""
+    return [(TRACEPARENT, context)] if context.__class__ is bytes else context  # type: ignore[return-value]
 
 
 def _propagation(headers: HeaderList | None) -> list[tuple[str, bytes]]:

@@ -119,14 +119,23 @@ async def test_a_record_is_one_trace_from_its_producer_through_two_apps(
         assert attributes["messaging.kafka.message.key"].startswith("k")
         assert 0 <= attributes["messaging.kafka.offset"] < TRACED_RECORDS
 
-    # Every output carries a context; those of unsampled records are flagged unsampled.
-    outputs = await read_topic(kafka_bootstrap, middle)
-    assert len(outputs) == TRACED_RECORDS + UNTRACED_RECORDS
-    for record in outputs:
+    # Every output carries a context; those of unsampled records are flagged unsampled, and the
+    # second app passes them on as they came.
+    contexts = {}
+    for record in await read_topic(kafka_bootstrap, middle):
         span_context = trace.get_current_span(extract(record.headers)).get_span_context()
         assert span_context.is_valid
         n = msgpack.unpackb(record.value)["value"]["n"]
         assert span_context.trace_flags.sampled == (n < TRACED_RECORDS)
+        contexts[n] = span_context
+    assert len(contexts) == TRACED_RECORDS + UNTRACED_RECORDS
+    passed_on = {}
+    for record in await read_topic(kafka_bootstrap, sink):
+        n = msgpack.unpackb(record.value)["value"]["value"]["n"]
+        passed_on[n] = trace.get_current_span(extract(record.headers)).get_span_context()
+    assert len(passed_on) == TRACED_RECORDS + UNTRACED_RECORDS
+    for n in range(TRACED_RECORDS, TRACED_RECORDS + UNTRACED_RECORDS):
+        assert passed_on[n] == contexts[n]
 
 
 def point_values(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any], Any]]]:

@@ -259,15 +259,19 @@ def test_dropped_records_get_no_span_and_pass_an_unsampled_context_on(spans: InM
         decisions = tracer.decide(consumed([("app", b"upstream")], []))
         with tracer.batch_context(), user_tracer.start_as_current_span("lookup") as user_span:
             assert not user_span.is_recording()  # below the batch's dropped span: dropped too
-        dropped = [decision for decision in decisions if isinstance(decision, list)]
-        contexts = [trace.get_current_span(extract(fields)).get_span_context() for fields in dropped]
-        assert [len(fields) for fields in dropped] == [1, 1]
+        assert all(isinstance(decision, bytes) for decision in decisions)  # the outputs' traceparent
+        contexts = [
+            trace.get_current_span(extract([("traceparent", decision)])).get_span_context()  # type: ignore[list-item]
+            for decision in decisions
+        ]
         assert all(context.is_valid and not context.trace_flags.sampled for context in contexts)
         assert contexts[0].trace_id != contexts[1].trace_id  # a trace of its own each, as the SDK would give
 
         # A record whose parent was not sampled passes that parent's context on as it came.
-        unsampled = [("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-00"), ("tracestate", b"k=v")]
-        assert tracer.decide(consumed([*unsampled, ("app", b"x")])) == [unsampled]
+        traceparent = ("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-00")
+        unsampled = [traceparent, ("tracestate", b"k=v")]
+        decisions = tracer.decide(consumed([traceparent, ("app", b"x")], [*unsampled, ("app", b"x")]))
+        assert decisions == [traceparent[1], unsampled]
         # Sampled parents, baggage and malformed contexts take the full path.
         full = consumed(
             [("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01")],
@@ -288,7 +292,7 @@ def test_the_ratio_samples_that_share_of_new_traces_with_the_trace_id_it_decided
     telemetry = Telemetry(config, "app", span_exporter=spans)
     try:
         decisions = telemetry.tracer.decide(consumed(*([] for _ in range(10_000))))
-        chosen = [decision for decision in decisions if isinstance(decision, bytes)]
+        chosen = [decision for decision in decisions if isinstance(decision, int)]
         for offset, decision in enumerate(chosen):
             with telemetry.tracer.start_process_span("orders", 0, offset, None, [], decision=decision):
                 pass
@@ -296,14 +300,14 @@ def test_the_ratio_samples_that_share_of_new_traces_with_the_trace_id_it_decided
         assert fewest < len(sampled) < most
         bound = TraceIdRatioBased.get_bound_for_rate(ratio)
         for span, decision in zip(sampled, chosen, strict=True):
-            assert span.context is not None and span.context.trace_id == int(decision, 16)
+            assert span.context is not None and span.context.trace_id == decision
             assert span.context.trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < bound
-        dropped = [decision for decision in decisions if isinstance(decision, list)]
+        dropped = [decision for decision in decisions if isinstance(decision, bytes)]
         assert len(dropped) + len(chosen) == 10_000
-        for fields in dropped:
-            trace_id = trace.get_current_span(extract(fields)).get_span_context().trace_id
+        for traceparent in dropped:
+            trace_id = trace.get_current_span(extract([("traceparent", traceparent)])).get_span_context().trace_id
             assert trace_id & TraceIdRatioBased.TRACE_ID_LIMIT >= bound  # the sampler's own decision
-        assert len({fields[0][1][3:35] for fields in dropped}) == len(dropped)  # every trace id new
+        assert len({traceparent[3:35] for traceparent in dropped}) == len(dropped)  # every trace id new
     finally:
         telemetry.shutdown()
 
@@ -488,7 +492,16 @@ def test_send_gives_outputs_the_records_trace_fields_in_place_of_copied_ones() -
     context.send("out", "traced")
     stale = ("traceparent", b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01")  # copied from the input
     context.send("out", "copied", headers=[("app", b"x"), stale])
-    assert [headers for _, _, _, headers in context.pending] == [(), fields, [("app", b"x"), *fields]]
+    context.trace_fields = fields[0][1]  # a dropped record's: its traceparent alone
+    context.send("out", "dropped")
+    context.send("out", "copied", headers=[("app", b"x"), stale])
+    assert [headers for _, _, _, headers in context.pending] == [
+        (),
+        fields,
+        [("app", b"x"), *fields],
+        fields[0][1],
+        [("app", b"x"), *fields],
+    ]
 
 
 def test_record_spans_reach_an_otlp_http_endpoint_with_the_resource_and_scope() -> None:
@@ -538,8 +551,8 @@ def test_ratios_zero_and_one_sample_none_and_all(ratio: float, sampled: int) -> 
     telemetry = Telemetry(config, "app", span_exporter=InMemorySpanExporter())
     try:
         decisions = telemetry.tracer.decide(consumed(*([] for _ in range(5_000))))
-        trace_ids = [decision if isinstance(decision, bytes) else decision[0][1][3:35] for decision in decisions]  # type: ignore[index]
-        assert sum(isinstance(decision, bytes) for decision in decisions) == sampled
+        trace_ids = [decision if isinstance(decision, int) else int(decision[3:35], 16) for decision in decisions]  # type: ignore[index,arg-type]
+        assert sum(isinstance(decision, int) for decision in decisions) == sampled
         assert len(set(trace_ids)) == 5_000
     finally:
         telemetry.shutdown()

@@ -36,6 +36,7 @@ from aiokafka.consumer.fetcher import PartitionRecords
 
 from runtime.collector import bulk_allocations
 from runtime.global_changes import ChangeMaker
+from stores.sst import write_partition_sst
 
 if TYPE_CHECKING:
     from stores import Change
@@ -180,8 +181,6 @@ class _Sender:
         self.gathers = any(store.sst_dir is not None for store in job.stores)
 
     def chunk(self, partition: int, next_offset: int, chunk: _Chunk) -> None:
-        from stores.snapshot import write_partition_sst  # only a reader that writes SST files imports RocksDB
-
         made: list[StoreChanges] = []
         for store, applied, changes in zip(self._job.stores, chunk.applied, chunk.changes, strict=True):
             if store.sst_dir is not None and changes:

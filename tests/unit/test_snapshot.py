@@ -19,9 +19,9 @@ from stores.snapshot import (
     validate,
     verify_checksums,
     write_manifest,
-    write_partition_sst,
 )
 from stores.snapshot_location import Snapshot, newest_snapshot
+from stores.sst import write_partition_sst
 
 
 def _manifest(**changes: object) -> Manifest:

@@ -145,6 +145,9 @@ def test_json_keeps_integers_beyond_64_bits_exact() -> None:
     assert JsonSerde().serialize(big) == json.dumps(big, separators=(",", ":")).encode()
     assert JsonSerde().deserialize(JsonSerde().serialize(big)) == big
     assert JsonSerde().deserialize(b"[18446744073709551616, 1.5]") == [2**64, 1.5]
+    assert JsonSerde().deserialize(b'{"id": 18446744073709551616, "ok": true}') == {"id": 2**64, "ok": True}
+    assert JsonSerde().deserialize(b'{"row": {"id": -9223372036854775809}}') == {"row": {"id": -(2**63) - 1}}
+    assert JsonSerde().deserialize(b'{"id": 7, "name": "x", "none": null}') == {"id": 7, "name": "x", "none": None}
 
 
 def test_json_and_msgpack_turn_tuples_into_lists() -> None:

@@ -186,11 +186,11 @@ class OtelRecordTracer(RecordTracer):
         propagation = _propagation(raw.headers)
         if propagation:
             return self._dropped_child(propagation)
-        trace_id = b"%032x" % (getrandbits(128) or 1)
+        trace_id = getrandbits(128) or 1
         attributes = self._attributes(raw.topic, raw.partition, self._group)
-        if self._sampled(_NO_PARENT, int(trace_id, 16), self._name(raw.topic), attributes):
-            return int(trace_id, 16)
-        return b"00-" + trace_id + b"-%016x-00" % (getrandbits(64) or 1)
+        if self._sampled(_NO_PARENT, trace_id, self._name(raw.topic), attributes):
+            return trace_id
+        return b"00-%032x-%016x-00" % (trace_id, getrandbits(64) or 1)
 
     def _dropped_child(self, propagation: list[tuple[str, bytes]]) -> TraceDecision:
         if not self._parent_decides:

@@ -545,6 +545,32 @@ def test_record_spans_reach_an_otlp_http_endpoint_with_the_resource_and_scope() 
     assert records[2].events[0].name == "exception"
 
 
+@pytest.mark.parametrize(("sampler", "sampled"), [("always_on", True), ("parentbased_always_off", False)])
+def test_a_sampler_from_the_environment_decides_each_new_trace(
+    monkeypatch: pytest.MonkeyPatch, spans: InMemorySpanExporter, sampler: str, sampled: bool
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    telemetry = Telemetry(TelemetryConfig(), "app", span_exporter=spans)
+    try:
+        decisions = telemetry.tracer.decide(consumed([], []))
+        if sampled:  # the trace ids the sampler was asked about become the spans'
+            assert all(isinstance(decision, int) for decision in decisions) and decisions[0] != decisions[1]
+            for offset, decision in enumerate(decisions):
+                with telemetry.tracer.start_process_span("orders", 0, offset, None, [], decision=decision):
+                    pass
+            finished = spans.get_finished_spans()
+            assert [span.context.trace_id for span in finished if span.context] == decisions
+        else:  # dropped: a new unsampled context each, for the outputs
+            contexts = [
+                trace.get_current_span(extract([("traceparent", decision)])).get_span_context()  # type: ignore[list-item]
+                for decision in decisions
+            ]
+            assert all(context.is_valid and not context.trace_flags.sampled for context in contexts)
+            assert contexts[0].trace_id != contexts[1].trace_id
+    finally:
+        telemetry.shutdown()
+
+
 @pytest.mark.parametrize(("ratio", "sampled"), [(0.0, 0), (1.0, 5_000)])
 def test_ratios_zero_and_one_sample_none_and_all(ratio: float, sampled: int) -> None:
     config = TelemetryConfig.model_validate({"sampling_ratio": ratio})

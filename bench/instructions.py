@@ -31,6 +31,8 @@ from tests.otlp_receiver import OtlpReceiver
 VARIANTS = {"none": None, "ratio 0": 0.0, "ratio 0.01": 0.01}
 INSTRUCTIONS = re.compile(r"I\s+refs:\s+([\d,]+)")
 PARTITIONS = 6
+# Under cachegrind a run takes minutes: work on a clock (commits) would count many times over.
+COMMIT_INTERVAL_MS = 3_600_000
 
 
 def parse_args() -> argparse.Namespace:
@@ -76,7 +78,7 @@ def main() -> None:
                     output_topic=asyncio.run(fresh_output(bootstrap, PARTITIONS)),
                     partitions=PARTITIONS,
                     processor_class="bench.processors:Transform",
-                    extra={"telemetry": telemetry} if telemetry else {},
+                    extra={"commit_interval_ms": COMMIT_INTERVAL_MS, **({"telemetry": telemetry} if telemetry else {})},
                 )
                 counted[count] = instructions(spec, workdir)
             per_record[name] = (counted[args.records] - counted[args.small]) / (args.records - args.small)

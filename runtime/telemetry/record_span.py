@@ -3,8 +3,8 @@
 The SDK's span validates and locks on every call and its export encodes each span through Python
 protobuf objects: about 200 µs per span on a small machine, against the ~10 µs a record takes to
 process. A record's span is made here instead, for a few microseconds, and handed whole to a
-`RecordSpanSink` when it ends, which exports it away from the event loop (see `span_wire` and
-`export_process`). To the processor it is an ordinary span: current while `process()` runs,
+`RecordSpanSink` when it ends, which exports it away from the event loop (see `record_span_export`
+and `otlp_encoding`). To the processor it is an ordinary span: current while `process()` runs,
 the parent of the spans it opens, and open to `set_attribute`, `add_event` or `set_status`.
 """
 

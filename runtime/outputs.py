@@ -41,6 +41,7 @@ class Outputs:
         self._full: list[tuple[str, int, Any, int]] = []
         self._inflight: list[asyncio.Future[Any]] = []
         self._round_robin = itertools.count()
+        self._traceparent: list[tuple[str, bytes]] = [(TRACEPARENT, b"")]
         self.acked_ends: dict[tuple[str, int], int] = {}
 
     def partitions(self, topic: str) -> int:
@@ -62,12 +63,15 @@ class Outputs:
             count = self.partitions(topic)
             partition = partition_for(key, count) if key is not None else next(self._round_robin) % count
         target = (topic, partition)
-        # aiokafka's batch builder takes lists only, and only reads them (it encodes them right away).
+        # aiokafka's batch builder takes lists only, and only reads them (it encodes them right away),
+        # so a traceparent goes in a list kept for it.
         kind = headers.__class__
-        header_list: Any = (
-            _NO_HEADERS if not headers else headers if kind is list
-            else [(TRACEPARENT, headers)] if kind is bytes else list(headers)
-        )  # fmt: skip
+        header_list: Any
+        if kind is bytes:
+            header_list = self._traceparent
+            header_list[0] = (TRACEPARENT, headers)
+        else:
+            header_list = _NO_HEADERS if not headers else headers if kind is list else list(headers)
         builder = self._open.get(target)
         if builder is not None and builder.append(timestamp=timestamp_ms, key=key, value=value,
                                                   headers=header_list) is not None:  # fmt: skip

@@ -16,7 +16,7 @@ from typing import Any, Final
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import SpanContext, SpanKind
 
-from runtime.telemetry.record_span import RecordSpan
+from runtime.telemetry.record_span import UNSET_STATUS, RecordSpan
 
 _FIXED64: Final = Struct("<Q")
 _FIXED32: Final = Struct("<I")
@@ -82,15 +82,19 @@ class SpanRequestEncoder:
         self._resource = _field(1, resource_message)
         self._resource_schema = _field(3, resource.schema_url.encode()) if resource.schema_url else b""
         self._scope = _field(1, _field(1, scope_name.encode()))
-        self._constants: dict[tuple[int, str | None, str], bytes] = {}  # encoded fields, by (field, key, value)
+        # Encoded once: span names, attribute keys, and the attributes spans share (by their mapping's id).
+        self._names: dict[str, bytes] = {}
+        self._keys: dict[str, bytes] = {}
+        self._shared_attributes: dict[int, tuple[Mapping[str, Any], bytes]] = {}
 
     def encode(self, spans: Sequence[RecordSpan]) -> bytes:
         """One ExportTraceServiceRequest holding `spans`."""
-        scope_spans = self._scope + b"".join([_field(2, self._span(span)) for span in spans])
+        scope_spans = self._scope + b"".join([self._span(span) for span in spans])
         resource_spans = self._resource + _field(2, scope_spans) + self._resource_schema
         return _field(1, resource_spans)
 
     def _span(self, span: RecordSpan) -> bytes:
+        """Field 2 of ScopeSpans: one span."""
         context, parent = span.context, span.parent
         parts = [b"\x0a\x10", context.trace_id.to_bytes(16, "big"), b"\x12\x08", context.span_id.to_bytes(8, "big")]
         if context.trace_state:  # 3: trace_state
@@ -98,18 +102,17 @@ class SpanRequestEncoder:
         if parent is not None:  # 4: parent_span_id
             parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
         parts += (
-            self._constant(5, span.name),  # name
-            _KINDS[span.kind.value],  # 6: kind
+            self._name(span.name),  # 5: name
+            _KINDS[span.kind],  # 6: kind
             b"\x39", _FIXED64.pack(span.start_ns),  # 7: start, fixed64
             b"\x41", _FIXED64.pack(span.end_ns),  # 8: end, fixed64
         )  # fmt: skip
-        constants = self._constants
-        for key, value in span.attributes.items():  # 9: attributes
-            if value.__class__ is str:
-                encoded = constants.get((9, key, value))
-                parts.append(encoded if encoded is not None else self._constant(9, value, key))
-            else:
-                parts.append(_field(9, _key_value(key, value)))
+        shared, own = span.shared, span.attributes
+        if shared and own.keys().isdisjoint(shared):
+            parts.append(self._shared(shared))
+        elif shared:  # an attribute set on the span replaces a shared one, where that one stood
+            own = {**shared, **own}
+        parts += [self._attribute(key, value) for key, value in own.items()]
         for name, timestamp, attributes in span.events:
             event = b"\x09" + _FIXED64.pack(timestamp) + _field(2, name.encode())
             event += b"".join(_field(3, _key_value(key, value)) for key, value in attributes.items())
@@ -117,29 +120,56 @@ class SpanRequestEncoder:
         for link in span.links:
             parts.append(_field(13, _link(link.context, link.attributes or {})))
         status = span.status
-        if status.description or status.status_code.value:
+        if status is not UNSET_STATUS and (status.description or status.status_code.value):
             message = _field(2, status.description.encode()) if status.description else b""
             code = b"\x18" + _varint(status.status_code.value) if status.status_code.value else b""
             parts.append(_field(15, message + code))
         else:
             parts.append(b"\x7a\x00")  # 15: status, empty: the SDK always writes it
         parts.append(_REMOTE_PARENT if parent is not None and parent.is_remote else _LOCAL_PARENT)  # 16: flags
-        return b"".join(parts)
+        encoded = b"".join(parts)
+        return b"\x12" + _varint(len(encoded)) + encoded
 
-    def _constant(self, field: int, value: str, key: str | None = None) -> bytes:
-        """A string field, or with `key` a string attribute, encoded once: span names, topics,
-        partitions, the group and message keys repeat from span to span."""
-        cache_key = (field, key, value)
-        encoded = self._constants.get(cache_key)
+    def _name(self, name: str) -> bytes:
+        encoded = self._names.get(name)
         if encoded is None:
-            encoded = _field(field, value.encode() if key is None else _key_value(key, value))
-            if len(self._constants) >= MAX_CACHED:
-                self._constants.clear()  # a stream of distinct values: start over rather than grow
-            self._constants[cache_key] = encoded
+            encoded = _field(5, name.encode())
+            if len(self._names) >= MAX_CACHED:
+                self._names.clear()  # a stream of distinct names: start over rather than grow
+            self._names[name] = encoded
         return encoded
 
+    def _shared(self, attributes: Mapping[str, Any]) -> bytes:
+        """Attributes many spans share (one mapping per topic partition), encoded once. Cached by
+        the mapping's id, with the mapping: no other object can take that id while it is cached."""
+        cached = self._shared_attributes.get(id(attributes))
+        if cached is None:
+            if len(self._shared_attributes) >= MAX_CACHED:
+                self._shared_attributes.clear()
+            encoded = b"".join([self._attribute(key, value) for key, value in attributes.items()])
+            cached = self._shared_attributes[id(attributes)] = (attributes, encoded)
+        return cached[1]
 
-_KINDS: Final = [b"\x30" + bytes((kind.value + 1,)) for kind in SpanKind]  # 6: kind (OTLP's enum is one higher)
+    def _attribute(self, key: str, value: Any) -> bytes:
+        """Field 9 of a span: a KeyValue, with the key's part encoded once per key."""
+        prefix = self._keys.get(key)
+        if prefix is None:
+            if len(self._keys) >= MAX_CACHED:
+                self._keys.clear()
+            prefix = self._keys[key] = _field(1, key.encode()) + b"\x12"
+        kind = value.__class__
+        if kind is str:
+            encoded: bytes = value.encode()
+            any_value = b"\x0a" + _varint(len(encoded)) + encoded
+        elif kind is int:
+            any_value = b"\x18" + _varint(value)
+        else:
+            any_value = _any_value(value)
+        key_value = prefix + _varint(len(any_value)) + any_value
+        return b"\x4a" + _varint(len(key_value)) + key_value
+
+
+_KINDS: Final = {kind: b"\x30" + bytes((kind.value + 1,)) for kind in SpanKind}  # 6: kind (OTLP's enum is one higher)
 _LOCAL_PARENT: Final = b"\x85\x01" + _FIXED32.pack(_HAS_IS_REMOTE)  # 16: flags, fixed32
 _REMOTE_PARENT: Final = b"\x85\x01" + _FIXED32.pack(_HAS_IS_REMOTE | _IS_REMOTE)
 

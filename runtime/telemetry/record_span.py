@@ -14,14 +14,16 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.util import types
 
 log = logging.getLogger(__name__)
 
-_UNSET = Status(StatusCode.UNSET)
+UNSET_STATUS: Final = Status(StatusCode.UNSET)
+_NO_ATTRIBUTES: Mapping[str, types.AttributeValue] = MappingProxyType({})
 
 RecordSpanSink = Callable[["RecordSpan"], None]
 """Takes a record's span when it ends."""
@@ -35,7 +37,7 @@ class RecordSpan(Span):
 
     __slots__ = (
         "_recording", "_sink", "attributes", "context", "end_ns", "events", "kind", "links", "name", "parent",
-        "start_ns", "status",
+        "shared", "start_ns", "status",
     )  # fmt: skip
 
     def __init__(
@@ -46,15 +48,20 @@ class RecordSpan(Span):
         attributes: dict[str, types.AttributeValue],
         sink: RecordSpanSink | None,
         kind: SpanKind = SpanKind.CONSUMER,
+        shared: Mapping[str, types.AttributeValue] = _NO_ATTRIBUTES,
     ):
+        """`attributes` are the span's own (and take those set on it); `shared` come before them and
+        are the same mapping, never changed, for every span of a topic partition, so that it is
+        neither copied per span nor encoded more than once."""
         self.name = name
         self.context = context
         self.parent = parent
         self.attributes = attributes
+        self.shared = shared
         self.kind = kind
         self.events: list[Event] = []
         self.links: list[Link] = []
-        self.status = _UNSET
+        self.status = UNSET_STATUS
         self.start_ns = time.time_ns()
         self.end_ns = 0
         self._sink = sink
@@ -65,6 +72,10 @@ class RecordSpan(Span):
 
     def is_recording(self) -> bool:
         return self._recording
+
+    def all_attributes(self) -> dict[str, types.AttributeValue]:
+        """The shared attributes, then the span's own (which replace a shared one of the same key)."""
+        return {**self.shared, **self.attributes} if self.shared else dict(self.attributes)
 
     def set_attribute(self, key: str, value: types.AttributeValue) -> None:
         if self._recording:

@@ -150,7 +150,7 @@ def readable_span(span: RecordSpan, resource: Resource, scope: InstrumentationSc
         span.context,
         span.parent,
         resource,
-        dict(span.attributes),
+        span.all_attributes(),
         [Event(name, dict(attributes), timestamp) for name, timestamp, attributes in span.events],
         list(span.links),
         span.kind,

@@ -223,8 +223,11 @@ class OtelRecordTracer(RecordTracer):
         span_id = hexlify(urandom(8))
         while span_id == b"0" * 16:  # an all-zero span id is invalid
             span_id = hexlify(urandom(8))
-        head, tail = b"00-" + high, b"-" + span_id + b"-00"
-        decisions = cast(list[TraceDecision], (head + lows.replace(b"|", tail + b"|" + head) + tail).split(b"|"))
+        # "|" around every low half becomes a traceparent's tail and the next one's head: the whole
+        # batch is written by one replace, and split, with the bare tail before the first and the
+        # bare head after the last left out.
+        framed = b"".join((b"|", lows, b"|")).replace(b"|", b"-" + span_id + b"-00|00-" + high)
+        decisions = cast(list[TraceDecision], framed.split(b"|")[1:-1])
         bound = self._bound_digits
         candidates = lows[::_LOW_STRIDE].translate(self._candidate_digits)  # b"1": the first digit may be
         index = candidates.find(b"1")
@@ -253,8 +256,8 @@ class OtelRecordTracer(RecordTracer):
         `decision`, from `decide`: the new trace's id when it already sampled one.
         """
         parent = extract(headers) if headers else _NO_PARENT
-        attributes = dict(self._attributes(topic, partition, group or self._group))
-        attributes[MESSAGING_KAFKA_OFFSET] = offset
+        shared = self._attributes(topic, partition, group or self._group)
+        attributes: dict[str, AttributeValue] = {MESSAGING_KAFKA_OFFSET: offset}
         if key is not None:
             try:  # noqa: SIM105 (try/except is cheaper than suppress)
                 attributes[MESSAGING_KAFKA_MESSAGE_KEY] = key.decode()
@@ -268,14 +271,14 @@ class OtelRecordTracer(RecordTracer):
         else:
             trace_id = parent_span.trace_id if parent_span.is_valid else getrandbits(128) or 1
             if self._bound is None:
-                sampled = self._sampled(parent, trace_id, name, attributes)
+                sampled = self._sampled(parent, trace_id, name, {**shared, **attributes})
             elif parent_span.is_valid:
                 sampled = parent_span.trace_flags.sampled
             else:
                 sampled = trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < self._bound
         context = SpanContext(trace_id, getrandbits(64) or 1, False, _SAMPLED if sampled else _UNSAMPLED, trace_state)
         span = RecordSpan(name, context, parent_span if parent_span.is_valid else None, attributes,
-                          self._sink if sampled else None)  # fmt: skip
+                          self._sink if sampled else None, SpanKind.CONSUMER, shared)  # fmt: skip
         return ProcessScope(span, parent)
 
     def _sampled(self, parent: Context, trace_id: int, name: str, attributes: Mapping[str, AttributeValue]) -> bool:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, StatusCode, TraceFlags, TraceState
+from opentelemetry.trace import SpanContext, SpanKind, StatusCode, TraceFlags, TraceState
 from opentelemetry.util.types import AttributeValue
 
 from runtime.telemetry.otlp_encoding import MAX_CACHED, SpanRequestEncoder
@@ -17,33 +19,43 @@ RESOURCE = Resource.create({"service.name": "orders-app", "deployment.replicas":
 SCOPE = "kafka_actor_runtime"
 
 
-def record_span(offset: int, parent: SpanContext | None = None, **attributes: AttributeValue) -> RecordSpan:
+SHARED: dict[str, AttributeValue] = {
+    "messaging.system": "kafka",
+    "messaging.destination.name": "orders",
+    "messaging.destination.partition.id": "3",
+}
+
+
+def record_span(
+    offset: int,
+    parent: SpanContext | None = None,
+    shared: Mapping[str, AttributeValue] = SHARED,
+    **attributes: AttributeValue,
+) -> RecordSpan:
     sink: list[RecordSpan] = []
     state = TraceState([("vendor", "x1")]) if parent is not None else None
     context = SpanContext(0x1F2E3D4C5B6A79880011223344556677 + offset, 0xABCDEF0123456789 + offset, False,
                           TraceFlags(TraceFlags.SAMPLED), state)  # fmt: skip
-    base: dict[str, AttributeValue] = {
-        "messaging.system": "kafka",
-        "messaging.destination.name": "orders",
-        "messaging.destination.partition.id": "3",
-        "messaging.kafka.offset": offset,
-    }
-    return RecordSpan("process orders", context, parent, {**base, **attributes}, sink.append)
+    own: dict[str, AttributeValue] = {"messaging.kafka.offset": offset, **attributes}
+    return RecordSpan("process orders", context, parent, own, sink.append, SpanKind.CONSUMER, shared)
 
 
 def test_the_encoding_matches_the_sdk_encoder_message_for_message() -> None:
     remote_parent = SpanContext(0x1F2E3D4C5B6A79880011223344556677 + 1, 0x42, True, TraceFlags(TraceFlags.SAMPLED))
     spans = [
         record_span(0),
-        record_span(1, remote_parent, **{"messaging.kafka.message.key": "customer-7"}),
+        record_span(1, remote_parent, SHARED, **{"messaging.kafka.message.key": "customer-7"}),
         record_span(2, None, ratio=0.25, retried=True, negative=-5, tags=["a", "b"], counts=[1, 2]),
         record_span(10**15),
+        record_span(7, None, {}),
+        record_span(8),
     ]
     spans[1].add_event("cache miss", {"cache.key": "c-7", "cache.size": 10}, timestamp=1_700_000_000_000_000_000)
     spans[1].add_link(SpanContext(0x99, 0x98, True, TraceFlags(TraceFlags.SAMPLED)), {"link.kind": "batch"})
     spans[2].record_exception(ValueError("bad amount"))
     spans[2].set_status(StatusCode.ERROR, "ValueError: bad amount")
     spans[3].set_status(StatusCode.OK)
+    spans[5].set_attribute("messaging.destination.name", "orders-renamed")  # replaces a shared one, in its place
     for span in spans:
         span.end()
 
@@ -51,12 +63,19 @@ def test_the_encoding_matches_the_sdk_encoder_message_for_message() -> None:
     scope = InstrumentationScope(SCOPE)
     theirs = encode_spans([readable_span(span, RESOURCE, scope) for span in spans])
     assert ours == theirs
-    assert len(ours.resource_spans[0].scope_spans[0].spans) == 4
+    assert len(ours.resource_spans[0].scope_spans[0].spans) == 6
+    assert [kv.value.string_value for kv in ours.resource_spans[0].scope_spans[0].spans[5].attributes][:2] == [
+        "kafka",
+        "orders-renamed",
+    ]
 
 
 def test_values_encoded_once_stay_right_past_the_cache_limit() -> None:
     encoder = SpanRequestEncoder(RESOURCE, SCOPE)
-    spans = [record_span(n, None, **{"messaging.kafka.message.key": f"customer-{n}"}) for n in range(MAX_CACHED + 100)]
+    spans = [
+        record_span(n, None, {**SHARED, "messaging.destination.partition.id": str(n)}, **{f"tag.{n}": f"customer-{n}"})
+        for n in range(MAX_CACHED + 100)
+    ]
     for span in spans:
         span.end()
     batches = [spans[start : start + 512] for start in range(0, len(spans), 512)]

@@ -70,7 +70,9 @@ def main() -> None:
         for name, ratio in VARIANTS.items():
             counted: dict[int, int] = {}
             for count, topic in inputs.items():
-                telemetry: dict[str, Any] = telemetry_section(ratio, sink.endpoint)
+                telemetry: dict[str, Any] = telemetry_section(
+                    None if ratio is None else {"sampling_ratio": ratio}, sink.endpoint
+                )
                 spec = AppSpec(
                     app_id=f"bench-instructions-{uuid.uuid4().hex[:8]}",
                     bootstrap=bootstrap,

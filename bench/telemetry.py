@@ -26,15 +26,21 @@ from bench.throughput import Measurement, describe, fresh_output, median_of, run
 from tests.jaeger_server import LocalJaeger, jaeger_is_built
 from tests.otlp_receiver import OtlpReceiver
 
-# Name -> sampling ratio of the traces exported over OTLP (None: telemetry off, the default).
-VARIANTS = {"none": None, "ratio 0.01": 0.01, "ratio 1.0": 1.0}
+# Name -> the telemetry settings of traces exported over OTLP (None: telemetry off, the default).
+VARIANTS: dict[str, dict[str, Any] | None] = {
+    "none": None,
+    "ratio 0.01": {"sampling_ratio": 0.01},
+    "ratio 1.0": {"sampling_ratio": 1.0},
+    "ratio 0.01 unpropagated": {"sampling_ratio": 0.01, "propagate_unsampled": False},  # only when asked for
+}
+DEFAULT_VARIANTS = ["none", "ratio 0.01", "ratio 1.0"]
 SPANS_DROPPED = re.compile(r"record spans lost: (\d+) dropped")
 
 
-def telemetry_section(ratio: float | None, endpoint: str) -> dict[str, Any]:
-    if ratio is None:
+def telemetry_section(settings: dict[str, Any] | None, endpoint: str) -> dict[str, Any]:
+    if settings is None:
         return {}
-    return {"sampling_ratio": ratio, "traces": {"exporter": "otlp", "endpoint": endpoint}}
+    return {**settings, "traces": {"exporter": "otlp", "endpoint": endpoint}}
 
 
 def parse_args() -> argparse.Namespace:
@@ -45,7 +51,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local broker")
     parser.add_argument("--guarantee", default="at_least_once")
     parser.add_argument(
-        "--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), help="none always runs: the baseline"
+        "--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS), help="none always runs: the baseline"
     )
     return parser.parse_args()
 
@@ -104,7 +110,7 @@ def main() -> None:
     args = parse_args()
     workdir = run_directory("telemetry")
     input_topic = f"bench-in-{uuid.uuid4().hex[:8]}"
-    variants = {name: ratio for name, ratio in VARIANTS.items() if name == "none" or name in args.variants}
+    variants = {name: settings for name, settings in VARIANTS.items() if name == "none" or name in args.variants}
     runs: dict[str, list[Measurement]] = {name: [] for name in variants}
     dropped: dict[str, list[int]] = {name: [] for name in variants}
     with kafka(args.bootstrap) as bootstrap, otlp_receiver(workdir) as (receiver, endpoint, backend):
@@ -114,10 +120,10 @@ def main() -> None:
         fill_rate = asyncio.run(fill_topic(bootstrap, input_topic, args.records, args.partitions))
         print(f"  produced at {fill_rate:,.0f} rec/s")
         for run in range(1, args.runs + 1):
-            for name, ratio in variants.items():
+            for name, settings in variants.items():
                 settle(backend)
                 measured, spans_dropped = run_variant(
-                    bootstrap, input_topic, args, workdir, telemetry_section(ratio, endpoint)
+                    bootstrap, input_topic, args, workdir, telemetry_section(settings, endpoint)
                 )
                 runs[name].append(measured)
                 dropped[name].append(spans_dropped)

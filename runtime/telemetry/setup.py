@@ -98,7 +98,9 @@ class Telemetry:
                 sinks.append(exporting_now(span_exporter, resource, INSTRUMENTATION_NAME))
             self.tracer_provider = provider
             tracer = provider.get_tracer(INSTRUMENTATION_NAME)
-            self.tracer = OtelRecordTracer(tracer, _fan_out(sinks), self.group, provider.sampler, ratio)
+            self.tracer = OtelRecordTracer(
+                tracer, _fan_out(sinks), self.group, provider.sampler, ratio, config.propagate_unsampled
+            )
 
         meter = None
         if metrics_on:

@@ -128,7 +128,8 @@ class OtelRecordTracer(RecordTracer):
 
     `ratio`, the ratio of the provider's `sampler` when that is `ParentBased(TraceIdRatioBased(ratio))`,
     lets the tracer apply that rule itself; otherwise (a sampler from OTEL_TRACES_SAMPLER) every
-    record asks the sampler.
+    record asks the sampler. Without `propagate_unsampled`, the outputs of a dropped record carry no
+    trace context at all (68 bytes less each), and an app reading them decides on its own.
     """
 
     enabled = True
@@ -140,8 +141,10 @@ class OtelRecordTracer(RecordTracer):
         group: str | None = None,
         sampler: Sampler | None = None,
         ratio: float | None = None,
+        propagate_unsampled: bool = True,
     ):
         self._tracer = tracer
+        self._propagate_unsampled = propagate_unsampled
         self._sink = sink
         self._group = group
         self._sampler = sampler
@@ -190,6 +193,8 @@ class OtelRecordTracer(RecordTracer):
         attributes = self._attributes(raw.topic, raw.partition, self._group)
         if self._sampled(_NO_PARENT, trace_id, self._name(raw.topic), attributes):
             return trace_id
+        if not self._propagate_unsampled:
+            return _NO_FIELDS
         return b"00-%032x-%016x-00" % (trace_id, getrandbits(64) or 1)
 
     def _dropped_child(self, propagation: list[tuple[str, bytes]]) -> TraceDecision:
@@ -203,6 +208,8 @@ class OtelRecordTracer(RecordTracer):
                 traceparent = value
         if not _is_unsampled_parent(traceparent):
             return None
+        if not self._propagate_unsampled:
+            return _NO_FIELDS
         return traceparent if len(propagation) == 1 else propagation
 
     def _new_traces(self, count: int) -> list[TraceDecision]:
@@ -220,14 +227,18 @@ class OtelRecordTracer(RecordTracer):
             return []
         lows = hexlify(urandom(8 * count), b"|", 8)  # the low halves, 16 hex digits each, "|" between
         high = hexlify(urandom(8))
-        span_id = hexlify(urandom(8))
-        while span_id == b"0" * 16:  # an all-zero span id is invalid
+        decisions: list[TraceDecision]
+        if self._propagate_unsampled:
             span_id = hexlify(urandom(8))
-        # "|" around every low half becomes a traceparent's tail and the next one's head: the whole
-        # batch is written by one replace, and split, with the bare tail before the first and the
-        # bare head after the last left out.
-        framed = b"".join((b"|", lows, b"|")).replace(b"|", b"-" + span_id + b"-00|00-" + high)
-        decisions = cast(list[TraceDecision], framed.split(b"|")[1:-1])
+            while span_id == b"0" * 16:  # an all-zero span id is invalid
+                span_id = hexlify(urandom(8))
+            # "|" around every low half becomes a traceparent's tail and the next one's head: the whole
+            # batch is written by one replace, and split, with the bare tail before the first and the
+            # bare head after the last left out.
+            framed = b"".join((b"|", lows, b"|")).replace(b"|", b"-" + span_id + b"-00|00-" + high)
+            decisions = cast(list[TraceDecision], framed.split(b"|")[1:-1])
+        else:
+            decisions = [_NO_FIELDS] * count
         bound = self._bound_digits
         candidates = lows[::_LOW_STRIDE].translate(self._candidate_digits)  # b"1": the first digit may be
         index = candidates.find(b"1")
@@ -279,7 +290,7 @@ class OtelRecordTracer(RecordTracer):
         context = SpanContext(trace_id, getrandbits(64) or 1, False, _SAMPLED if sampled else _UNSAMPLED, trace_state)
         span = RecordSpan(name, context, parent_span if parent_span.is_valid else None, attributes,
                           self._sink if sampled else None, SpanKind.CONSUMER, shared)  # fmt: skip
-        return ProcessScope(span, parent)
+        return ProcessScope(span, parent, self._propagate_unsampled)
 
     def _sampled(self, parent: Context, trace_id: int, name: str, attributes: Mapping[str, AttributeValue]) -> bool:
         assert self._sampler is not None
@@ -323,11 +334,12 @@ class OtelRecordTracer(RecordTracer):
 class ProcessScope(AbstractContextManager[RecordSpan]):
     """A record's span, current for the block (with the record's baggage), ended after it."""
 
-    __slots__ = ("_parent", "_token", "span")
+    __slots__ = ("_parent", "_propagate_unsampled", "_token", "span")
 
-    def __init__(self, span: RecordSpan, parent: Context):
+    def __init__(self, span: RecordSpan, parent: Context, propagate_unsampled: bool = True):
         self.span = span
         self._parent = parent
+        self._propagate_unsampled = propagate_unsampled
         self._token: Token[Context] | None = None
 
     def __enter__(self) -> RecordSpan:
@@ -336,14 +348,18 @@ class ProcessScope(AbstractContextManager[RecordSpan]):
 
     @property
     def fields(self) -> Fields:
-        """The headers that carry this span's context (and the record's baggage) on to its outputs."""
+        """The headers that carry this span's context (and the record's baggage) on to its outputs;
+        an unsampled context only when it is propagated."""
         span_context = self.span.context
         if not span_context.is_valid:
             return _NO_FIELDS
-        traceparent = f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
-        fields = [(TRACEPARENT, traceparent.encode())]
-        if span_context.trace_state:
-            fields.append(("tracestate", span_context.trace_state.to_header().encode("latin-1")))
+        fields: Fields = []
+        if self._propagate_unsampled or span_context.trace_flags.sampled:
+            trace_flags = span_context.trace_flags
+            traceparent = f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{trace_flags:02x}"
+            fields.append((TRACEPARENT, traceparent.encode()))
+            if span_context.trace_state:
+                fields.append(("tracestate", span_context.trace_state.to_header().encode("latin-1")))
         if self._parent is not _NO_PARENT and baggage.get_all(self._parent):
             carrier: dict[str, str] = {}
             BAGGAGE_PROPAGATOR.inject(carrier, self._parent)

@@ -138,6 +138,36 @@ async def test_a_record_is_one_trace_from_its_producer_through_two_apps(
         assert passed_on[n] == contexts[n]
 
 
+async def test_without_propagate_unsampled_only_sampled_records_pass_a_context_on(
+    kafka_bootstrap: str, topic_name: TopicNamer
+) -> None:
+    source, sink = topic_name("in"), topic_name("out")
+    await create_topic(kafka_bootstrap, source)
+    upstream = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(upstream))
+    await produce_traced(kafka_bootstrap, source, provider)
+    await produce(kafka_bootstrap, source, numbered(UNTRACED_RECORDS, start=TRACED_RECORDS))  # no context
+    provider.shutdown()
+    telemetry = {"sampling_ratio": 0.0, "propagate_unsampled": False}
+    spans = await run_traced(echo_app(topic_name("a"), source, sink, kafka_bootstrap, telemetry=telemetry),
+                             kafka_bootstrap)  # fmt: skip
+
+    processed = by_trace(spans.get_finished_spans(), f"process {source}")
+    assert set(processed) == set(by_trace(upstream.get_finished_spans(), f"send {source}"))
+    outputs = {
+        msgpack.unpackb(record.value)["value"]["n"]: record for record in await read_topic(kafka_bootstrap, sink)
+    }
+    assert len(outputs) == TRACED_RECORDS + UNTRACED_RECORDS
+    for n, record in outputs.items():
+        names = [name for name, _ in record.headers]
+        if n < TRACED_RECORDS:  # sampled upstream: the trace goes on through this app's span
+            span_context = trace.get_current_span(extract(record.headers)).get_span_context()
+            assert span_context.trace_flags.sampled and span_context.trace_id in processed
+        else:
+            assert "traceparent" not in names, f"record {n} carries {record.headers}"
+
+
 def point_values(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any], Any]]]:
     data = reader.get_metrics_data()
     values: dict[str, list[tuple[dict[str, Any], Any]]] = {}

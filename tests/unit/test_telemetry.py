@@ -284,6 +284,47 @@ def test_dropped_records_get_no_span_and_pass_an_unsampled_context_on(spans: InM
         telemetry.shutdown()
 
 
+def test_without_propagate_unsampled_a_dropped_record_passes_no_context_on(
+    monkeypatch: pytest.MonkeyPatch, spans: InMemorySpanExporter
+) -> None:
+    config = TelemetryConfig.model_validate({"sampling_ratio": 0.01, "propagate_unsampled": False})
+    telemetry = Telemetry(config, "app", span_exporter=spans)
+    serdes = {"out": (resolve_serde("str"), resolve_serde("str"))}
+    context = TaskContext("app", "echo", 0, {}, frozenset(["out"]), serdes, {})
+    unsampled_parent = [("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-00")]
+    sampled_parent = [("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01")]
+    try:
+        decisions = telemetry.tracer.decide(consumed(*([] for _ in range(10_000)), unsampled_parent, sampled_parent))
+        new, from_unsampled, from_sampled = decisions[:10_000], decisions[10_000], decisions[10_001]
+        chosen = [decision for decision in new if isinstance(decision, int)]
+        assert 60 < len(chosen) < 145  # new traces are still sampled at the ratio
+        assert all(decision == [] for decision in new if not isinstance(decision, int))
+        assert from_unsampled == [] and from_sampled is None  # a sampled parent is followed as before
+        context.trace_fields = new[new.index([])]  # type: ignore[assignment]
+        context.send("out", "dropped")
+        scope = telemetry.tracer.start_process_span("orders", 0, 0, None, [], decision=chosen[0])
+        with scope as span:
+            fields = context.trace_fields = scope.fields
+            context.send("out", "sampled")
+        assert [headers for _, _, _, headers in context.pending] == [[], fields]
+        assert fields[0][1].endswith(b"-01") and span.get_span_context().trace_id == chosen[0]
+    finally:
+        telemetry.shutdown()
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")  # a sampler of the environment's: the same
+    telemetry = Telemetry(TelemetryConfig(propagate_unsampled=False), "app", span_exporter=spans)
+    try:
+        assert telemetry.tracer.decide(consumed([], unsampled_parent)) == [[], None]
+        # The span's own path (the sampler asked with the parent) passes only the record's baggage on.
+        with_baggage = [*unsampled_parent, ("baggage", b"tenant=acme")]
+        with telemetry.tracer.start_process_span("orders", 0, 1, None, with_baggage) as span:
+            assert not span.is_recording()
+        assert telemetry.tracer.start_process_span("orders", 0, 1, None, with_baggage).fields == [
+            ("baggage", b"tenant=acme")
+        ]
+    finally:
+        telemetry.shutdown()
+
+
 @pytest.mark.parametrize(("ratio", "fewest", "most"), [(0.25, 2_200, 2_800), (0.01, 60, 145), (0.9, 8_800, 9_200)])
 def test_the_ratio_samples_that_share_of_new_traces_with_the_trace_id_it_decided_on(
     spans: InMemorySpanExporter, ratio: float, fewest: int, most: int

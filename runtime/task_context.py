@@ -85,10 +85,11 @@ class TaskContext(Context):
                 f"{sorted(self._outputs_allowed)}"
             ) from None
         carried: Headers
+        trace_fields = self.trace_fields
         if not headers:
-            carried = self.trace_fields
-        elif self.trace_fields:
-            carried = with_fields(headers, fields_of(self.trace_fields))
+            carried = trace_fields
+        elif not isinstance(trace_fields, tuple):  # traced (a tuple: not), even with no context to pass on
+            carried = with_fields(headers, fields_of(trace_fields))
         else:
             carried = headers
         self.pending.append(

@@ -63,6 +63,19 @@ async def produce_traced(bootstrap: str, topic: str, provider: TracerProvider) -
         await producer.stop()
 
 
+async def produce_traced_and_untraced(bootstrap: str, topic: str) -> InMemorySpanExporter:
+    """A new topic with TRACED_RECORDS records sent in PRODUCER spans (in the exporter returned),
+    then UNTRACED_RECORDS without context."""
+    await create_topic(bootstrap, topic)
+    upstream = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(upstream))
+    await produce_traced(bootstrap, topic, provider)
+    await produce(bootstrap, topic, numbered(UNTRACED_RECORDS, start=TRACED_RECORDS))
+    provider.shutdown()
+    return upstream
+
+
 def by_trace(spans: tuple[ReadableSpan, ...], name: str) -> dict[int, ReadableSpan]:
     found: dict[int, ReadableSpan] = {}
     for span in spans:
@@ -87,13 +100,7 @@ async def test_a_record_is_one_trace_from_its_producer_through_two_apps(
     kafka_bootstrap: str, topic_name: TopicNamer
 ) -> None:
     source, middle, sink = topic_name("in"), topic_name("middle"), topic_name("out")
-    await create_topic(kafka_bootstrap, source)
-    upstream = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(upstream))
-    await produce_traced(kafka_bootstrap, source, provider)
-    await produce(kafka_bootstrap, source, numbered(UNTRACED_RECORDS, start=TRACED_RECORDS))  # no context
-    provider.shutdown()
+    upstream = await produce_traced_and_untraced(kafka_bootstrap, source)
 
     first = await run_traced(echo_app(topic_name("a"), source, middle, kafka_bootstrap), kafka_bootstrap)
     second = await run_traced(echo_app(topic_name("b"), middle, sink, kafka_bootstrap), kafka_bootstrap)
@@ -142,13 +149,7 @@ async def test_without_propagate_unsampled_only_sampled_records_pass_a_context_o
     kafka_bootstrap: str, topic_name: TopicNamer
 ) -> None:
     source, sink = topic_name("in"), topic_name("out")
-    await create_topic(kafka_bootstrap, source)
-    upstream = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(upstream))
-    await produce_traced(kafka_bootstrap, source, provider)
-    await produce(kafka_bootstrap, source, numbered(UNTRACED_RECORDS, start=TRACED_RECORDS))  # no context
-    provider.shutdown()
+    upstream = await produce_traced_and_untraced(kafka_bootstrap, source)
     telemetry = {"sampling_ratio": 0.0, "propagate_unsampled": False}
     spans = await run_traced(echo_app(topic_name("a"), source, sink, kafka_bootstrap, telemetry=telemetry),
                              kafka_bootstrap)  # fmt: skip

@@ -536,12 +536,15 @@ def test_send_gives_outputs_the_records_trace_fields_in_place_of_copied_ones() -
     context.trace_fields = fields[0][1]  # a dropped record's: its traceparent alone
     context.send("out", "dropped")
     context.send("out", "copied", headers=[("app", b"x"), stale])
+    context.trace_fields = []  # a dropped record's when unsampled contexts are not propagated
+    context.send("out", "copied", headers=[("app", b"x"), stale])
     assert [headers for _, _, _, headers in context.pending] == [
         (),
         fields,
         [("app", b"x"), *fields],
         fields[0][1],
         [("app", b"x"), *fields],
+        [("app", b"x")],
     ]
 
 

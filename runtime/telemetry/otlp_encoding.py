@@ -157,14 +157,7 @@ class SpanRequestEncoder:
             if len(self._keys) >= MAX_CACHED:
                 self._keys.clear()
             prefix = self._keys[key] = _field(1, key.encode()) + b"\x12"
-        kind = value.__class__
-        if kind is str:
-            encoded: bytes = value.encode()
-            any_value = b"\x0a" + _varint(len(encoded)) + encoded
-        elif kind is int:
-            any_value = b"\x18" + _varint(value)
-        else:
-            any_value = _any_value(value)
+        any_value = _any_value(value)
         key_value = prefix + _varint(len(any_value)) + any_value
         return b"\x4a" + _varint(len(key_value)) + key_value
 

@@ -12,7 +12,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,23 @@ from bench.throughput import Measurement, describe, fresh_output, median_of, run
 from tests.jaeger_server import LocalJaeger, jaeger_is_built
 from tests.otlp_receiver import OtlpReceiver
 
-# Name -> the telemetry settings of traces exported over OTLP (None: telemetry off, the default).
-VARIANTS: dict[str, dict[str, Any] | None] = {
-    "none": None,
-    "ratio 0.01": {"sampling_ratio": 0.01},
-    "ratio 1.0": {"sampling_ratio": 1.0},
-    "ratio 0.01 unpropagated": {"sampling_ratio": 0.01, "propagate_unsampled": False},  # only when asked for
+
+@dataclass(frozen=True)
+class Variant:
+    """An app to time: the telemetry settings of traces exported over OTLP (None: telemetry off, the
+    default), and its processor."""
+
+    telemetry: dict[str, Any] | None
+    processor_class: str = "bench.processors:Transform"
+
+
+VARIANTS: dict[str, Variant] = {
+    "none": Variant(None),
+    "ratio 0.01": Variant({"sampling_ratio": 0.01}),
+    "ratio 1.0": Variant({"sampling_ratio": 1.0}),
+    # Only when asked for:
+    "ratio 0.01 unpropagated": Variant({"sampling_ratio": 0.01, "propagate_unsampled": False}),
+    "header only": Variant(None, "bench.processors:TransformCarryingTraceparent"),
 }
 DEFAULT_VARIANTS = ["none", "ratio 0.01", "ratio 1.0"]
 SPANS_DROPPED = re.compile(r"record spans lost: (\d+) dropped")
@@ -88,7 +99,7 @@ def settle(pid: int | None, timeout_s: float = 60.0) -> float:
 
 
 def run_variant(
-    bootstrap: str, input_topic: str, args: argparse.Namespace, workdir: Path, telemetry: dict[str, Any]
+    bootstrap: str, input_topic: str, args: argparse.Namespace, workdir: Path, variant: Variant, endpoint: str
 ) -> tuple[Measurement, int]:
     """One run, and how many record spans the runtime logged as dropped (its export queue was full)."""
     spec = AppSpec(
@@ -97,9 +108,9 @@ def run_variant(
         input_topic=input_topic,
         output_topic=asyncio.run(fresh_output(bootstrap, args.partitions)),
         partitions=args.partitions,
-        processor_class="bench.processors:Transform",
+        processor_class=variant.processor_class,
         guarantee=args.guarantee,
-        extra={"telemetry": telemetry} if telemetry else {},
+        extra={"telemetry": telemetry_section(variant.telemetry, endpoint)} if variant.telemetry else {},
     )
     measured, process = run_app(spec, workdir, args.records)
     dropped = sum(int(match.group(1)) for match in SPANS_DROPPED.finditer(process.log_path.read_text()))
@@ -110,7 +121,7 @@ def main() -> None:
     args = parse_args()
     workdir = run_directory("telemetry")
     input_topic = f"bench-in-{uuid.uuid4().hex[:8]}"
-    variants = {name: settings for name, settings in VARIANTS.items() if name == "none" or name in args.variants}
+    variants = {name: variant for name, variant in VARIANTS.items() if name == "none" or name in args.variants}
     runs: dict[str, list[Measurement]] = {name: [] for name in variants}
     dropped: dict[str, list[int]] = {name: [] for name in variants}
     with kafka(args.bootstrap) as bootstrap, otlp_receiver(workdir) as (receiver, endpoint, backend):
@@ -120,11 +131,9 @@ def main() -> None:
         fill_rate = asyncio.run(fill_topic(bootstrap, input_topic, args.records, args.partitions))
         print(f"  produced at {fill_rate:,.0f} rec/s")
         for run in range(1, args.runs + 1):
-            for name, settings in variants.items():
+            for name, variant in variants.items():
                 settle(backend)
-                measured, spans_dropped = run_variant(
-                    bootstrap, input_topic, args, workdir, telemetry_section(settings, endpoint)
-                )
+                measured, spans_dropped = run_variant(bootstrap, input_topic, args, workdir, variant, endpoint)
                 runs[name].append(measured)
                 dropped[name].append(spans_dropped)
                 relative = measured.rate(args.records) / runs["none"][-1].rate(args.records)

@@ -355,9 +355,8 @@ class ProcessScope(AbstractContextManager[RecordSpan]):
             return _NO_FIELDS
         fields: Fields = []
         if self._propagate_unsampled or span_context.trace_flags.sampled:
-            trace_flags = span_context.trace_flags
-            traceparent = f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{trace_flags:02x}"
-            fields.append((TRACEPARENT, traceparent.encode()))
+            ids = (span_context.trace_id, span_context.span_id, span_context.trace_flags)
+            fields.append((TRACEPARENT, b"00-%032x-%016x-%02x" % ids))
             if span_context.trace_state:
                 fields.append(("tracestate", span_context.trace_state.to_header().encode("latin-1")))
         if self._parent is not _NO_PARENT and baggage.get_all(self._parent):

@@ -15,7 +15,7 @@ from runtime.config import AppConfig, ConfigError, load_app
 from runtime.connection import BrokerUnavailable, resolve_bootstrap
 from runtime.devkafka import cli as devkafka_cli
 from runtime.devkafka.jars import DevKafkaError
-from runtime.supervisor import run_workers
+from runtime.supervisor import WORKER_INDEX, for_worker, run_workers
 from runtime.telemetry import TelemetryError
 from runtime.worker import Worker, WorkerFailed
 
@@ -66,6 +66,7 @@ def main(argv: list[str]) -> int:
         return EXIT_FAILED
     if args.workers > 1:
         return run_workers(args.workers, args.app, bootstrap, args.until_caught_up, args.log_level)
+    config = for_worker(config, int(os.environ.get(WORKER_INDEX, "0")))
     return run_worker(config, bootstrap, args.until_caught_up, args.app)
 
 

@@ -8,7 +8,6 @@ without being asked. The engine asks, so that spans a processor opens through
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from collections.abc import Callable
@@ -43,8 +42,6 @@ from runtime.telemetry.record_span_export import RecordSpanExport, exporting_now
 from runtime.telemetry.tracing import INSTRUMENTATION_NAME, OtelRecordTracer, RecordTracer
 
 log = logging.getLogger(__name__)
-
-PROMETHEUS_PACKAGES = "opentelemetry-exporter-prometheus and prometheus-client"
 
 
 class TelemetryError(Exception):
@@ -235,17 +232,22 @@ def _otlp_metric_exporter(config: MetricsConfig) -> MetricExporter:
 
 def _prometheus(config: MetricsConfig) -> tuple[MetricReader, Callable[[], None]]:
     """A reader that Prometheus scrapes at http://host:port/metrics, and how to stop serving it."""
-    try:
-        exporter = importlib.import_module("opentelemetry.exporter.prometheus")
-        client = importlib.import_module("prometheus_client")
-    except ImportError as error:
-        raise TelemetryError(f"metrics exporter 'prometheus' needs {PROMETHEUS_PACKAGES} installed ({error})") from None
+    # Imported here: only an app that serves Prometheus pays for importing its client.
+    import prometheus_client as client
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
     # An own registry, so several apps (or tests) in one process do not collide in the global one.
     registry = client.CollectorRegistry()
     for collector in (client.ProcessCollector, client.PlatformCollector, client.GCCollector):
         collector(registry=registry)
-    reader: MetricReader = exporter.PrometheusMetricReader(registry=registry)
-    started = client.start_http_server(config.port, addr=config.host, registry=registry)
+    reader: MetricReader = PrometheusMetricReader(registry=registry)
+    try:
+        started = client.start_http_server(config.port, addr=config.host, registry=registry)
+    except OSError as error:
+        raise TelemetryError(
+            f"metrics.port: cannot serve Prometheus metrics on {config.host}:{config.port} ({error.strerror})"
+        ) from None
+    log.info("serving Prometheus metrics at http://%s:%d/metrics", config.host, config.port)
     server = started[0] if isinstance(started, tuple) else None
 
     def close() -> None:

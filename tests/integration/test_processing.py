@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +218,47 @@ async def test_workers_option_runs_one_group_of_processes(
     assert len(pids) == 2, "two worker processes took part in the group"
     numbers = {msgpack.unpackb(r.value)["value"]["n"] for r in await read_topic(kafka_bootstrap, sink)}
     assert numbers == set(range(4000))
+
+
+async def test_workers_serve_prometheus_metrics_each_on_a_port_of_its_own(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    source, sink = topic_name("in"), topic_name("out")
+    await create_topic(kafka_bootstrap, source, 2)
+    await produce(kafka_bootstrap, source, numbered(2000))
+    port = free_port_pair()
+    app = echo_app(topic_name("app"), source, sink, 2, params={"sleep_ms": 2})
+    app["kafka"] = {"bootstrap_servers": kafka_bootstrap}
+    app["telemetry"] = {"metrics": {"exporter": "prometheus", "host": "127.0.0.1", "port": port}}
+    log = tmp_path / "workers.log"
+    supervisor = spawn_worker(write_app(tmp_path, app), "--workers", "2", "--until-caught-up", log=log)
+    scraped: set[int] = set()
+    while supervisor.poll() is None and scraped != {port, port + 1}:
+        scraped |= {candidate for candidate in (port, port + 1) if serves_runtime_metrics(candidate)}
+        await asyncio.sleep(0.1)
+    assert supervisor.wait(timeout=120) == 0, log.read_text()
+    assert scraped == {port, port + 1}, "each worker served its metrics on its own port while it ran"
+    served = {line.rsplit(" at ", 1)[1] for line in log.read_text().splitlines() if "serving Prometheus" in line}
+    assert served == {f"http://127.0.0.1:{port}/metrics", f"http://127.0.0.1:{port + 1}/metrics"}
+
+
+def free_port_pair() -> int:
+    """A port such that it and the next one are free on 127.0.0.1 (now)."""
+    for _ in range(50):
+        with socket.socket() as first, socket.socket() as second:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return int(port)
+    raise RuntimeError("no two free neighbouring ports")
+
+
+def serves_runtime_metrics(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as response:
+            return "kafka_actor_records_consumed_total" in response.read().decode()
+    except OSError:
+        return False

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import re
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from runtime.config import parse_app
+from runtime.supervisor import for_worker
 from tests.config_cli_support import GUARD_EXIT, GUARD_MARKER, UNREACHABLE, install_network_guard, run_cli, write_yaml
 
 EXIT_CONFIG = 2
@@ -355,3 +357,30 @@ def test_telemetry_that_cannot_be_set_up_is_a_config_error(
     assert_config_error(
         result.stderr, result.returncode, path, (r"telemetry: OTLP protocol 'carrier-pigeon' is not supported",)
     )
+
+
+def test_a_prometheus_port_in_use_is_a_config_error(guard_dir: Path, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        app = copy.deepcopy(VALID)
+        app["telemetry"] = {"metrics": {"exporter": "prometheus", "host": "127.0.0.1", "port": port}}
+        path = write_yaml(tmp_path / "app.yaml", app)
+        result = run_cli(path, guard_dir)
+    assert_config_error(
+        result.stderr,
+        result.returncode,
+        path,
+        (rf"telemetry: metrics.port: cannot serve Prometheus metrics on 127.0.0.1:{port} \(Address already in use\)",),
+    )
+
+
+def test_each_of_several_workers_serves_prometheus_on_the_port_after_the_one_before() -> None:
+    app = copy.deepcopy(VALID)
+    app["telemetry"] = {"metrics": {"exporter": "prometheus", "port": 9500}}
+    config = parse_app(app)
+    assert [for_worker(config, index).telemetry.metrics.port for index in range(3)] == [9500, 9501, 9502]
+    assert for_worker(config, 2).telemetry.metrics.host == config.telemetry.metrics.host
+    pushed = parse_app({**VALID, "telemetry": {"metrics": {"exporter": "otlp"}}})
+    assert for_worker(pushed, 2) == pushed  # only a served endpoint needs a port of its own

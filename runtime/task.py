@@ -300,7 +300,7 @@ class Task:
                     started = time.perf_counter() if timed else 0.0
                     try:
                         kind = decision.__class__
-                        if kind is bytes or kind is list:  # dropped: no span, the decision is the outputs' context
+                        if kind is bytes or kind is list or kind is tuple:  # no span: the outputs' context
                             context.trace_fields = decision  # type: ignore[assignment]
                             result = process(record, context)
                             if is_async:

@@ -52,9 +52,10 @@ OutputContext = Fields | bytes
 """What a record's outputs carry on: its fields, or just a `traceparent` value (bytes). The bytes
 are the common case, a dropped record's: they are made a header only as the batch builder reads
 them (`Outputs.append`), so no list per record lives through a batch for the collector to count."""
-TraceDecision = OutputContext | int | None
+TraceDecision = OutputContext | tuple[()] | int | None
 """A record's, before it is processed: its span is dropped and its outputs carry this context
-(bytes or a list); or it starts a new trace, sampled, with this trace id (an int); or None: its
+(bytes or a list); or tracing is off and its outputs keep the headers the processor gives them
+(an empty tuple); or it starts a new trace, sampled, with this trace id (an int); or None: its
 span decides."""
 
 # Messaging semantic conventions, as in opentelemetry-semantic-conventions 0.66b2.
@@ -98,8 +99,8 @@ class RecordTracer:
 
     def decide(self, records: Sequence[Any]) -> list[TraceDecision]:
         """For each record (aiokafka's): its outputs' context when its span is dropped (bytes or a
-        list), else what `start_process_span` takes as `decision`."""
-        return [_NO_FIELDS] * len(records)
+        list; an empty tuple, untraced, here), else what `start_process_span` takes as `decision`."""
+        return [()] * len(records)
 
     def start_process_span(
         self,

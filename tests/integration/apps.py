@@ -11,16 +11,19 @@ from processors import Context, Processor, Record
 
 
 class Echo(Processor):
-    """Sends each value on to `params.output`, after an optional `sleep_ms` per record."""
+    """Sends each value on to `params.output`, after an optional `sleep_ms` per record; with
+    `keep_headers`, with the record's headers."""
 
     def init(self, ctx: Context) -> None:
         self.output = str(ctx.params["output"])
         self.sleep_s = float(ctx.params.get("sleep_ms", 0)) / 1000
+        self.keep_headers = bool(ctx.params.get("keep_headers", False))
 
     async def process(self, record: Record, ctx: Context) -> None:
         if self.sleep_s:
             await asyncio.sleep(self.sleep_s)
-        ctx.send(self.output, {"src": [record.partition, record.offset], "value": record.value}, key=record.key)
+        value = {"src": [record.partition, record.offset], "value": record.value}
+        ctx.send(self.output, value, key=record.key, headers=record.headers if self.keep_headers else None)
 
 
 class Picky(Processor):

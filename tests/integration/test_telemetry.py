@@ -190,6 +190,26 @@ def single(values: dict[str, list[tuple[dict[str, Any], Any]]], name: str) -> An
     return points[0][1] if points else None
 
 
+async def test_with_metrics_only_the_headers_a_processor_copies_pass_on_as_they_came(
+    kafka_bootstrap: str, topic_name: TopicNamer
+) -> None:
+    source, sink = topic_name("in"), topic_name("out")
+    await create_topic(kafka_bootstrap, source)
+    headers = [("app", b"x"), ("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01"), ("baggage", b"k=v")]
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(source, msgpack.packb({"n": 1}), key=b"k", headers=headers)
+    finally:
+        await producer.stop()
+    config = echo_app(topic_name("app"), source, sink, kafka_bootstrap, params={"keep_headers": True})
+    telemetry = Telemetry(config.telemetry, config.app_id, metric_reader=InMemoryMetricReader())
+    assert telemetry.metrics.enabled and not telemetry.tracer.enabled
+    await asyncio.wait_for(Worker(config, kafka_bootstrap, until_caught_up=True, telemetry=telemetry).run(), 120)
+    (output,) = await read_topic(kafka_bootstrap, sink)
+    assert list(output.headers) == headers  # untraced, as with telemetry off: the runtime leaves them alone
+
+
 async def test_metrics_follow_the_records_lag_and_a_paused_partition(
     kafka_bootstrap: str, topic_name: TopicNamer
 ) -> None:

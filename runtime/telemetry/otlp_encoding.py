@@ -9,6 +9,7 @@ the SDK's encoder gives: tests/unit/test_otlp_encoding.py parses both and compar
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from struct import Struct
 from typing import Any, Final
@@ -18,12 +19,16 @@ from opentelemetry.trace import SpanContext, SpanKind
 
 from runtime.telemetry.record_span import UNSET_STATUS, RecordSpan
 
+log = logging.getLogger(__name__)
+
 _FIXED64: Final = Struct("<Q")
 _FIXED32: Final = Struct("<I")
 _DOUBLE: Final = Struct("<d")
 _HAS_IS_REMOTE: Final = 0x100
 _IS_REMOTE: Final = 0x200
 _LENGTH_DELIMITED: Final = 2
+_INT64_MIN: Final = -(1 << 63)
+_INT64_MAX: Final = (1 << 63) - 1
 MAX_CACHED: Final = 4096
 
 
@@ -58,6 +63,8 @@ def _any_value(value: Any) -> bytes:
     if isinstance(value, bool):  # before int: a bool is an int
         return _tag(2, 0) + (b"\x01" if value else b"\x00")
     if isinstance(value, int):
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            raise ValueError(f"{value} does not fit an int64")
         return _tag(3, 0) + _varint(value)
     if isinstance(value, float):
         return _tag(4, 1) + _DOUBLE.pack(value)
@@ -67,6 +74,8 @@ def _any_value(value: Any) -> bytes:
         return _field(5, b"".join(_field(1, _any_value(item)) for item in value))
     if isinstance(value, Mapping):
         return _field(6, b"".join(_field(1, _key_value(key, item)) for key, item in value.items()))
+    if value is None:
+        return b""  # an empty AnyValue, as the SDK's encoder writes it
     raise TypeError(f"cannot encode attribute value {value!r}")
 
 
@@ -74,11 +83,29 @@ def _key_value(key: str, value: Any) -> bytes:
     return _field(1, key.encode()) + _field(2, _any_value(value))
 
 
+def _key_values(field: int, attributes: Mapping[str, Any]) -> bytes:
+    """Each attribute as a KeyValue in `field`, but those OTLP cannot carry (see `_left_out`)."""
+    encoded = []
+    for key, value in attributes.items():
+        try:
+            encoded.append(_field(field, _key_value(key, value)))
+        except (TypeError, ValueError) as error:  # UnicodeEncodeError is a ValueError
+            _left_out(key, error)
+    return b"".join(encoded)
+
+
+def _left_out(key: str, error: Exception) -> None:
+    """An attribute OTLP cannot carry (an int beyond 64 bits, text that is no valid Unicode, another
+    type) is left out with a warning, as the SDK's encoder does, rather than failing the request and
+    the other spans in it."""
+    log.warning("attribute %r left out of the exported span: %s", key, error)
+
+
 class SpanRequestEncoder:
     """Encodes batches of record spans of one resource and instrumentation scope."""
 
     def __init__(self, resource: Resource, scope_name: str):
-        resource_message = b"".join(_field(1, _key_value(key, value)) for key, value in resource.attributes.items())
+        resource_message = _key_values(1, resource.attributes)
         self._resource = _field(1, resource_message)
         self._resource_schema = _field(3, resource.schema_url.encode()) if resource.schema_url else b""
         self._scope = _field(1, _field(1, scope_name.encode()))
@@ -114,8 +141,7 @@ class SpanRequestEncoder:
             own = {**shared, **own}
         parts += [self._attribute(key, value) for key, value in own.items()]
         for name, timestamp, attributes in span.events:
-            event = b"\x09" + _FIXED64.pack(timestamp) + _field(2, name.encode())
-            event += b"".join(_field(3, _key_value(key, value)) for key, value in attributes.items())
+            event = b"\x09" + _FIXED64.pack(timestamp) + _field(2, name.encode()) + _key_values(3, attributes)
             parts.append(_field(11, event))
         for link in span.links:
             parts.append(_field(13, _link(link.context, link.attributes or {})))
@@ -152,12 +178,16 @@ class SpanRequestEncoder:
 
     def _attribute(self, key: str, value: Any) -> bytes:
         """Field 9 of a span: a KeyValue, with the key's part encoded once per key."""
-        prefix = self._keys.get(key)
-        if prefix is None:
-            if len(self._keys) >= MAX_CACHED:
-                self._keys.clear()
-            prefix = self._keys[key] = _field(1, key.encode()) + b"\x12"
-        any_value = _any_value(value)
+        try:
+            prefix = self._keys.get(key)
+            if prefix is None:
+                if len(self._keys) >= MAX_CACHED:
+                    self._keys.clear()
+                prefix = self._keys[key] = _field(1, key.encode()) + b"\x12"
+            any_value = _any_value(value)
+        except (TypeError, ValueError) as error:
+            _left_out(key, error)
+            return b""
         key_value = prefix + _varint(len(any_value)) + any_value
         return b"\x4a" + _varint(len(key_value)) + key_value
 
@@ -171,7 +201,7 @@ def _link(context: SpanContext, attributes: Mapping[str, Any]) -> bytes:
     link = b"\x0a\x10" + context.trace_id.to_bytes(16, "big") + b"\x12\x08" + context.span_id.to_bytes(8, "big")
     if context.trace_state:
         link += _field(3, context.trace_state.to_header().encode())
-    link += b"".join(_field(4, _key_value(key, value)) for key, value in attributes.items())
+    link += _key_values(4, attributes)
     return link + (_LINK_REMOTE if context.is_remote else _LINK_LOCAL)  # 6: flags, fixed32
 
 

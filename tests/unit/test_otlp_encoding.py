@@ -83,3 +83,23 @@ def test_values_encoded_once_stay_right_past_the_cache_limit() -> None:
     for batch in batches + batches:  # the second time from the cache, as far as it reaches
         ours = ExportTraceServiceRequest.FromString(encoder.encode(batch))
         assert ours == encode_spans([readable_span(span, RESOURCE, scope) for span in batch])
+
+
+def test_an_attribute_otlp_cannot_carry_is_left_out_as_the_sdk_encoder_does() -> None:
+    beyond_int64: dict[str, AttributeValue] = {"uint64": 2**63 + 5, "big": 2**70, "below": -(2**64), "ids": [1, 2**70]}
+    spans = [record_span(0, None, SHARED, text="a\ud800", **beyond_int64), record_span(1)]  # the second one is fine
+    spans[0].add_event("retry", {"attempt": 2**64, "reason": "timeout"})
+    spans[0].add_link(SpanContext(0x99, 0x98, True, TraceFlags(TraceFlags.SAMPLED)), {"none": None, "kind": "batch"})
+    for span in spans:
+        span.end()
+
+    ours = ExportTraceServiceRequest.FromString(SpanRequestEncoder(RESOURCE, SCOPE).encode(spans))
+    theirs = encode_spans([readable_span(span, RESOURCE, InstrumentationScope(SCOPE)) for span in spans])
+    assert ours == theirs
+    first = ours.resource_spans[0].scope_spans[0].spans[0]
+    assert [kv.key for kv in first.attributes] == [*SHARED, "messaging.kafka.offset"]
+    assert [kv.key for kv in first.events[0].attributes] == ["reason"]
+    assert [(kv.key, kv.value.WhichOneof("value")) for kv in first.links[0].attributes] == [
+        ("none", None),  # an empty value, as the SDK writes None
+        ("kind", "string_value"),
+    ]

@@ -13,7 +13,7 @@ class GlobalStoreUpdater:
 
     Subclass it to filter or reshape reference rows on their way in (a row marked inactive deletes
     its key, say), so processors read exactly the table they need. One instance per global store
-    and process: a large bootstrap runs it in reader processes too (runtime/global_readers.py), so
+    and process: a large bootstrap runs it in reader processes too (runtime/global_stores/readers.py), so
     it must carry no state from one record to the next. A value handed back as it came (the
     record's own, unchanged value) is stored as the bytes it came in, without encoding it again.
     """

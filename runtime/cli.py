@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 from runtime.config import AppConfig, ConfigError, load_app
-from runtime.connection import BrokerUnavailable, resolve_bootstrap
 from runtime.devkafka import cli as devkafka_cli
 from runtime.devkafka.jars import DevKafkaError
-from runtime.supervisor import WORKER_INDEX, for_worker, run_workers
+from runtime.kafka.connection import BrokerUnavailable, resolve_bootstrap
 from runtime.telemetry import TelemetryError
-from runtime.worker import Worker, WorkerFailed
+from runtime.worker.supervisor import WORKER_INDEX, for_worker, run_workers
+from runtime.worker.worker import Worker, WorkerFailed
 
 log = logging.getLogger("runtime")
 

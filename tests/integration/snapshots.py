@@ -11,7 +11,7 @@ from typing import Any
 import msgpack
 
 from runtime.config import parse_app
-from runtime.worker import Worker
+from runtime.worker.worker import Worker
 from stores.rocksdb import RocksDBBackend
 from stores.snapshot import Manifest, finish_snapshot, write_partition
 from tests.kafka_helpers import read_topic

@@ -10,7 +10,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runtime.config import parse_app
-from runtime.worker import Worker
+from runtime.worker.worker import Worker
 from tests.compression_support import stored_batches
 from tests.conftest import TopicNamer
 from tests.kafka_helpers import create_topic, produce, read_topic

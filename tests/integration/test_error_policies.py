@@ -9,7 +9,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runtime.config import parse_app
-from runtime.worker import Worker, WorkerFailed
+from runtime.worker.worker import Worker, WorkerFailed
 from tests.conftest import TopicNamer
 from tests.kafka_helpers import create_topic, produce, read_topic
 

@@ -13,7 +13,7 @@ import msgpack
 import pytest
 
 from runtime.config import parse_app
-from runtime.worker import Worker, WorkerFailed
+from runtime.worker.worker import Worker, WorkerFailed
 from stores import RocksDBBackend
 from tests.conftest import TopicNamer
 from tests.integration.running import numbered, spawn_worker, write_app

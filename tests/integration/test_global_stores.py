@@ -14,10 +14,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from examples.acquirers.terminals import table_row
-from runtime import global_stores
 from runtime.config import AppConfig, parse_app
+from runtime.global_stores import stores as global_stores
 from runtime.telemetry import Telemetry
-from runtime.worker import Worker, WorkerFailed
+from runtime.worker.worker import Worker, WorkerFailed
 from stores.snapshot import finish_snapshot
 from tests.conftest import TopicNamer
 from tests.integration.test_telemetry import point_values, single
@@ -228,7 +228,7 @@ async def test_a_large_table_is_read_by_reader_processes_with_the_same_results(
     bad_json, bad_row = (b"T000007", b'{"id": 7, "terminalId": '), (b"T000008", b'{"id": 8}')
     await produce(kafka_bootstrap, names.table, [*rows(3_000), bad_json, bad_row, *rows(5, active=False)])
     worker = Worker(router_app(names, tmp_path), kafka_bootstrap, until_caught_up=True)
-    with caplog.at_level(logging.INFO, logger="runtime.global_stores"):
+    with caplog.at_level(logging.INFO, logger="runtime.global_stores.stores"):
         running = asyncio.create_task(worker.run())
         await asyncio.wait_for(worker.ready.wait(), 60)
     assert "reader processes read 3007 records" in caplog.text

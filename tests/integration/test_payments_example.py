@@ -19,7 +19,7 @@ from examples.payments.run import APP_YAML, ROOT, Totals, added_totals, end_offs
 from examples.payments.totals import AccountTotals
 from processors import Context, Record
 from runtime.config import AppConfig, parse_app
-from runtime.worker import Worker
+from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
 from tests.integration.running import spawn_worker, write_app
 from tests.kafka_helpers import create_topic, read_topic

@@ -15,7 +15,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runtime.config import parse_app
-from runtime.worker import Worker
+from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
 from tests.integration.running import numbered, spawn_worker, write_app
 from tests.kafka_helpers import create_topic, produce, read_topic

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.worker import WorkerFailed
+from runtime.worker.worker import WorkerFailed
 from tests.conftest import TopicNamer
 from tests.integration.running import spawn_worker, write_app
 from tests.integration.snapshots import (

@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaProducer
 
 from processors.partitioner import partition_for
 from processors.serdes import JsonSerde, StrSerde
-from runtime.worker import Worker
+from runtime.worker.worker import Worker
 from stores import KeyValueStore, ReadOnlyStore
 from stores.rocksdb import RocksDBBackend
 from stores.snapshot import ingest_partition, read_manifest, validate, verify_checksums

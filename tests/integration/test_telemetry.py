@@ -20,7 +20,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from runtime.config import AppConfig, parse_app
 from runtime.telemetry import Telemetry
 from runtime.telemetry.tracing import current_fields, extract
-from runtime.worker import Worker
+from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
 from tests.integration.running import numbered
 from tests.kafka_helpers import create_topic, produce, read_topic

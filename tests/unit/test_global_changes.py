@@ -8,7 +8,7 @@ from typing import Any
 from aiokafka import ConsumerRecord
 
 from processors import GlobalStoreUpdater, Record
-from runtime.global_changes import ChangeMaker
+from runtime.global_stores.changes import ChangeMaker
 
 UPDATER = "tests.unit.test_global_changes:Reshape"
 

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 from aiokafka import TopicPartition
 
-from runtime.global_readers import ReaderFailed, ReaderJob, ReaderProcess, StoreSettings, plan
+from runtime.global_stores.readers import ReaderFailed, ReaderJob, ReaderProcess, StoreSettings, plan
 
 pytestmark = pytest.mark.anyio
 
@@ -38,8 +38,8 @@ def test_a_reader_takes_records_as_aiokafka_fetched_them() -> None:
         from aiokafka.consumer.fetcher import PartitionRecords
         from aiokafka.record.default_records import DefaultRecordBatchBuilder
         from aiokafka.record.memory_records import MemoryRecords
-        from runtime.global_changes import ChangeMaker
-        from runtime.global_readers import take_records_as_fetched
+        from runtime.global_stores.changes import ChangeMaker
+        from runtime.global_stores.readers import take_records_as_fetched
 
         take_records_as_fetched()
         batch = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1024)

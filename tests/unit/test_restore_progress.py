@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from runtime.restore_progress import RestoreProgress
+from runtime.state.restore_progress import RestoreProgress
 
 
 def test_a_terminal_shows_a_bar_per_partition_being_restored() -> None:

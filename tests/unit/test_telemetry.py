@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from processors.serdes import resolve_serde
 from runtime.counters import Counters
-from runtime.task_context import TaskContext
+from runtime.task.context import TaskContext
 from runtime.telemetry import RecordTracer, Telemetry, TelemetryConfig, setup
 from runtime.telemetry.setup import _http_endpoint
 from runtime.telemetry.tracing import extract

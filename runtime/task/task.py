@@ -17,10 +17,10 @@ from aiokafka import TopicPartition
 from processors.processor import Processor
 from processors.record import Record
 from runtime.counters import Counters
-from runtime.failures import FailureHandler, Stage
-from runtime.outputs import Outputs
-from runtime.state import TaskState
-from runtime.task_context import TaskContext, TopicSerdes
+from runtime.kafka.outputs import Outputs
+from runtime.state.task_state import TaskState
+from runtime.task.context import TaskContext, TopicSerdes
+from runtime.task.failures import FailureHandler, Stage
 from runtime.telemetry import Telemetry
 from runtime.telemetry.tracing import ProcessScope
 from stores import ReadOnlyStore
@@ -38,7 +38,7 @@ class TaskId:
 
 
 class GuaranteeHooks(Protocol):
-    """The guarantee's part in a task's life (implemented in runtime/commit.py)."""
+    """The guarantee's part in a task's life (implemented in runtime/guarantees/commit.py)."""
 
     async def start(self, task: Task) -> None:
         """Before the task restores or processes anything."""

@@ -1,7 +1,7 @@
 """Bring a task's stores up to date from their changelogs before the task processes anything.
 
 With a snapshot location, a store missing or behind the newest snapshot is first loaded from it
-(runtime/snapshot_ingest.py) and only the changelog after the snapshot's offset is replayed.
+(runtime/state/snapshot_ingest.py) and only the changelog after the snapshot's offset is replayed.
 
 A restore reads from the offset kept inside the store (or from the beginning) and is complete when
 the consumer's position reaches the end offset taken when it began — never "when the last record's
@@ -17,9 +17,9 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runtime.counters import Counters
-from runtime.restore_progress import RestoreProgress
-from runtime.snapshot_ingest import SnapshotIngest
-from runtime.state import TaskState, TaskStore
+from runtime.state.restore_progress import RestoreProgress
+from runtime.state.snapshot_ingest import SnapshotIngest
+from runtime.state.task_state import TaskState, TaskStore
 from runtime.telemetry import RecordTracer
 from runtime.telemetry.tracing import MESSAGING_DESTINATION_NAME, MESSAGING_DESTINATION_PARTITION_ID
 

@@ -21,12 +21,12 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from runtime.config import AppConfig, ErrorPolicy
-from runtime.connection import Clients, start_with_retries
 from runtime.counters import Counters
-from runtime.failures import FailureHandler, Stage
-from runtime.global_readers import ReaderFailed, ReaderJob, ReaderProcess, StoreSettings, plan
-from runtime.global_store import GlobalStore
-from runtime.outputs import Outputs
+from runtime.global_stores.readers import ReaderFailed, ReaderJob, ReaderProcess, StoreSettings, plan
+from runtime.global_stores.store import GlobalStore
+from runtime.kafka.connection import Clients, start_with_retries
+from runtime.kafka.outputs import Outputs
+from runtime.task.failures import FailureHandler, Stage
 from stores import ReadOnlyStore, RocksDBBackend
 from stores.snapshot import SnapshotError, SnapshotMismatch, ingest_whole, validate
 from stores.snapshot_location import newest_snapshot
@@ -223,7 +223,7 @@ class GlobalStores:
         self._counters.global_records += len(records)
 
     async def _read_in_processes(self, processes: int) -> None:
-        """A large backlog is read by reader processes (runtime/global_readers.py), at most `processes`
+        """A large backlog is read by reader processes (runtime/global_stores/readers.py), at most `processes`
         per topic, while this one writes; what they leave (records written meanwhile, or the rest of a
         reader that failed) is read here."""
         ranges = {tp: (position, self._ends[tp]) for tp, position in self._positions.items()}

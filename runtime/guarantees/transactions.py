@@ -17,7 +17,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
 
 from runtime.counters import Counters
-from runtime.task import Task, TaskFenced
+from runtime.task.task import Task, TaskFenced
 from runtime.telemetry import Telemetry
 from runtime.telemetry.metrics import TASK
 

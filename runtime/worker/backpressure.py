@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runtime.config import QueueConfig
 from runtime.counters import Counters
-from runtime.task import Task
+from runtime.task.task import Task
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.config import AppConfig, GlobalStoreConfig
-from runtime.global_changes import ChangeMaker, Failed
+from runtime.global_stores.changes import ChangeMaker, Failed
 from stores import (
     Backend,
     Change,

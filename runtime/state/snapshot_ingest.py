@@ -16,8 +16,8 @@ import time
 from aiokafka import TopicPartition
 
 from runtime.counters import Counters
-from runtime.restore_progress import RestoreProgress
-from runtime.state import TaskState, TaskStore
+from runtime.state.restore_progress import RestoreProgress
+from runtime.state.task_state import TaskState, TaskStore
 from stores import RocksDBBackend
 from stores.snapshot import SnapshotError, SnapshotMismatch, ingest_partition, validate
 from stores.snapshot_location import Snapshot, newest_snapshot

@@ -11,7 +11,7 @@ from aiokafka import TopicPartition
 
 from processors.serdes import resolve_serde
 from runtime.config import AppConfig, ProcessorConfig, SnapshotsConfig, StoreConfig
-from runtime.outputs import Outputs
+from runtime.kafka.outputs import Outputs
 from stores import Backend, KeyValueStore, StoreCorrupted, StoreLocked, open_backend, wipe
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """How the raw records of a global store's topic become changes of the store: decoded, updated, encoded.
 
-Kept apart from the store so that bootstrap readers in other processes (runtime/global_readers.py)
+Kept apart from the store so that bootstrap readers in other processes (runtime/global_stores/readers.py)
 turn records into changes exactly as the worker does.
 """
 

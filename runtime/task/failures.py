@@ -9,7 +9,7 @@ from typing import Any
 
 from runtime.config import ErrorPolicy
 from runtime.counters import Counters
-from runtime.outputs import Outputs
+from runtime.kafka.outputs import Outputs
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from runtime.counters import Counters
-from runtime.outputs import Outputs
-from runtime.task import GuaranteeHooks, Task
+from runtime.kafka.outputs import Outputs
+from runtime.task.task import GuaranteeHooks, Task
 from runtime.telemetry import Telemetry
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ from typing import Any
 
 from processors.context import Context, Punctuation
 from processors.serdes import Serde
-from runtime.outputs import Headers
-from runtime.state import TaskState
+from runtime.kafka.outputs import Headers
+from runtime.state.task_state import TaskState
 from runtime.telemetry.tracing import OutputContext, fields_of, with_fields
 from stores import KeyValueStore, ReadOnlyStore
 

@@ -13,21 +13,21 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 
 from processors.serdes import resolve_serde
-from runtime.backpressure import END_OF_RUN, Backpressure
-from runtime.collector import bulk_allocations, freeze_what_lives
-from runtime.commit import AtLeastOnce, AtMostOnce, CommitStrategy
 from runtime.config import AppConfig, Guarantee
-from runtime.connection import Clients, start_with_retries
 from runtime.counters import Counters
-from runtime.failures import FailureHandler, RecordFailed, Stage
-from runtime.global_stores import GlobalStores
-from runtime.outputs import Outputs
-from runtime.restore import ChangelogRestorer
-from runtime.state import TaskState
-from runtime.task import Task, TaskFenced, TaskId, TaskServices, build_task
+from runtime.global_stores.stores import GlobalStores
+from runtime.guarantees.commit import AtLeastOnce, AtMostOnce, CommitStrategy
+from runtime.guarantees.transactions import ExactlyOnce
+from runtime.kafka.connection import Clients, start_with_retries
+from runtime.kafka.outputs import Outputs
+from runtime.kafka.topics import ensure_topics
+from runtime.state.restore import ChangelogRestorer
+from runtime.state.task_state import TaskState
+from runtime.task.failures import FailureHandler, RecordFailed, Stage
+from runtime.task.task import Task, TaskFenced, TaskId, TaskServices, build_task
 from runtime.telemetry import Telemetry
-from runtime.topics import ensure_topics
-from runtime.transactions import ExactlyOnce
+from runtime.worker.backpressure import END_OF_RUN, Backpressure
+from runtime.worker.collector import bulk_allocations, freeze_what_lives
 from stores import StoreError
 
 log = logging.getLogger(__name__)

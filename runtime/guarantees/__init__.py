@@ -1,0 +1,1 @@
+"""The delivery guarantees: how and when each one commits a task's work to Kafka."""

@@ -1,0 +1,1 @@
+"""A task's stores: their changelogs, restores and snapshot ingestion."""

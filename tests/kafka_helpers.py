@@ -70,3 +70,14 @@ async def _partitions(bootstrap: str, topic: str) -> int:
     finally:
         await admin.close()
     raise LookupError(f"topic {topic} has no partitions")
+
+
+async def committed_offsets(bootstrap: str, group_id: str) -> dict[tuple[str, int], int]:
+    """The offsets a consumer group has committed, by (topic, partition)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group_id)
+    finally:
+        await admin.close()
+    return {(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items() if meta.offset >= 0}

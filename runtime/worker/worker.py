@@ -183,7 +183,7 @@ class Worker:
     def _commit_strategy(self) -> CommitStrategy:
         config, consumer = self.config, self._consumer
         if config.guarantee is Guarantee.EXACTLY_ONCE:
-            return ExactlyOnce(config.app_id, config.commit_interval_s, self.counters, self._committed_positions,
+            return ExactlyOnce(config.group_id, config.commit_interval_s, self.counters, self._committed_positions,
                                self._rewind, self.telemetry)  # fmt: skip
         assert self._shared_outputs is not None
         if config.guarantee is Guarantee.AT_MOST_ONCE:

@@ -18,7 +18,7 @@ from stores import RocksDBBackend
 from tests.conftest import TopicNamer
 from tests.integration.running import numbered, spawn_worker, write_app
 from tests.integration.test_state import counting_app, true_counts
-from tests.kafka_helpers import create_topic, produce, read_topic
+from tests.kafka_helpers import committed_offsets, create_topic, produce, read_topic
 
 pytestmark = pytest.mark.anyio
 
@@ -131,3 +131,27 @@ async def test_failure_aborts_the_transaction_and_its_state(
         assert list(store.items()) == [], "an aborted transaction's writes reached the store"
     finally:
         store.close()
+
+
+async def test_a_custom_group_id_holds_the_transactions_offsets(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    source, sink = topic_name("in"), topic_name("out")
+    await create_topic(kafka_bootstrap, source, 2)
+    total = 20_000
+    await produce(kafka_bootstrap, source, numbered(total))
+    app = eos_app(topic_name, source, sink, tmp_path, kafka_bootstrap)
+    group = topic_name("custom-group")
+    app["kafka"]["consumer"] = {**FAST_FAILOVER, "group_id": group}
+    path = write_app(tmp_path, app)
+    victim = spawn_worker(path, log=tmp_path / "victim.log")
+    await asyncio.sleep(4)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    finisher = spawn_worker(path, "--until-caught-up", log=tmp_path / "finisher.log")
+    assert await wait_exit(finisher, 120) == 0
+    await assert_exactly_once(kafka_bootstrap, sink, total)
+    committed = await committed_offsets(kafka_bootstrap, group)
+    assert set(committed) == {(source, 0), (source, 1)}
+    assert sum(committed.values()) == total, "the custom group's offsets stop short of the end"
+    assert await committed_offsets(kafka_bootstrap, app["app_id"]) == {}

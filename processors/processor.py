@@ -11,14 +11,32 @@ from processors.record import Record
 class Processor:
     """Processes the records of one task (processor x partition), one at a time and in order.
 
-    `process` may be a plain method or an `async def`. One instance is made per task.
+    One instance is made per task, and it lives through these steps:
+
+    1. Constructed with no arguments when the partition is assigned.
+    2. `init(ctx)`, once, after the task's stores are restored and before its first record.
+    3. `process(record, ctx)` for each record, in offset order; punctuations run between records.
+    4. `flush(ctx)` at every commit, before the offsets of the records processed so far are
+       committed (inside the transaction under exactly-once). A sink writes what it buffered here:
+       once `flush` returns, those records are never processed again. If it raises, none of the
+       task's offsets are committed, and the processing error policy decides: `fail` stops the
+       worker, `skip` and `dead_letter` log it and try again at the next commit.
+    5. `close()`, once, when the task stops (revoked or shut down), after a last `flush`.
+
+    Every one of these may be a plain method or an `async def`. An exception in the constructor,
+    `init` or `close` is logged with its cause and stops the worker with exit 1 under every policy:
+    a processor that cannot start has no record to skip, and one that cannot close may not have
+    released what it holds.
     """
 
-    def init(self, ctx: Context) -> None:
+    def init(self, ctx: Context) -> Awaitable[None] | None:
         """Called once before the first record of the task."""
 
     def process(self, record: Record, ctx: Context) -> Awaitable[None] | None:
         raise NotImplementedError(f"{type(self).__name__} must implement process(record, ctx)")
 
-    def close(self) -> None:
-        """Called once when the task stops (shutdown or partition revoked)."""
+    def flush(self, ctx: Context) -> Awaitable[None] | None:
+        """Called at every commit, before the offsets are committed; make buffered writes durable."""
+
+    def close(self) -> Awaitable[None] | None:
+        """Called once when the task stops (shutdown or partition revoked), after a last `flush`."""

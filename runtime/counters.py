@@ -19,6 +19,7 @@ class Counters:
     aborted_transactions: int = 0
     fenced_tasks: int = 0
     failed_commits: int = 0
+    failed_flushes: int = 0  # processors' flush() at a commit, under skip or dead_letter
     assignments: int = 0
     revocations: int = 0
     max_queued: int = 0

@@ -1,23 +1,27 @@
-"""Exactly-once: each task's outputs, changelog writes and input offsets commit in one Kafka transaction.
+"""Exactly-once: step 2 of the commit protocol as one Kafka transaction per task.
 
 aiokafka has no KIP-447, so every task has its own transactional producer with the stable id
 `{app}-{processor}-{partition}`: whoever owns the task next calls `init_transactions` with the same id
-and fences the previous owner. A transaction's store writes reach the store only after it commits,
-and are dropped when it aborts, so a crash never leaves a local store ahead of its changelog.
+and fences the previous owner. A transaction holds the task's outputs, its changelog writes and its
+input offsets (sent to the consumer's group); the store writes reach the store only after it commits
+(step 3), and are dropped when it aborts, so a crash never leaves a local store ahead of its changelog.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from enum import Enum
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
 
 from runtime.counters import Counters
-from runtime.task.task import Task, TaskFenced
+from runtime.errors import StopWithoutCommit, TaskLost
+from runtime.guarantees.checkpoint import Committed
+from runtime.task.task import Checkpoint, CommitBeforeProcessing, Task
 from runtime.telemetry import Telemetry
 from runtime.telemetry.metrics import TASK
 
@@ -25,113 +29,111 @@ log = logging.getLogger(__name__)
 
 FENCED = (ProducerFenced, InvalidProducerEpoch)
 
-Rewind = Callable[[Task, Mapping[TopicPartition, int]], None]
-Positions = Callable[[Task], Awaitable[dict[TopicPartition, int]]]
 
-
-class TransactionFailed(RuntimeError):
-    """A transaction could neither commit nor abort: the task's producer is unusable."""
+class _Outcome(Enum):
+    COMMITTED = "committed"
+    UNCHANGED = "unchanged"  # nothing happened since the last commit
+    REDONE = "redone"  # aborted: the task goes back to its committed offsets
+    LOST = "lost"
 
 
 class ExactlyOnce:
-    """Every task commits its own transaction, at most `interval_s` after its first uncommitted record."""
+    """Every task commits its own transaction, while it waits; they commit side by side."""
+
+    commits_in_turn = True
+    commit_before_processing: CommitBeforeProcessing | None = None
 
     def __init__(
-        self,
-        group_id: str,
-        interval_s: float,
-        counters: Counters,
-        positions: Callable[[Task], Awaitable[dict[TopicPartition, int]]],
-        rewind: Rewind,
-        telemetry: Telemetry,
+        self, consumer: AIOKafkaConsumer, group_id: str, from_latest: bool, counters: Counters, telemetry: Telemetry
     ):
-        self._telemetry = telemetry
+        self._consumer = consumer
         self._group_id = group_id
-        self._interval_s = interval_s
+        self._from_latest = from_latest
         self._counters = counters
-        self._positions = positions
-        self._rewind = rewind
+        self._telemetry = telemetry
         self._committed: dict[Task, dict[TopicPartition, int]] = {}
-        self._opened: dict[Task, float] = {}
         self._sent_at_begin: dict[Task, int] = {}
 
-    async def start(self, task: Task) -> None:
-        """Start the task's producer: `init_transactions` fences the task's previous owner."""
+    async def claim(self, task: Task) -> None:
+        """`init_transactions` fences the task's previous owner; the offsets it committed are then
+        final, so the task starts from them, whatever the consumer fetched before."""
         try:
             await task.outputs.producer.start()
         except FENCED as error:
             raise self._fenced(task, error) from error
         await self._begin(task)
-
-    async def ready(self, task: Task) -> None:
-        """Once the previous owner is fenced, its committed offsets are final: read and seek to them."""
-        self._committed[task] = await self._positions(task)
+        self._committed[task] = await self._committed_positions(task)
         self._rewind(task, self._committed[task])
 
-    async def before_batch(self, task: Task, tp: TopicPartition, records: list[Any]) -> None:
-        return None
+    async def commit(self, checkpoints: list[Checkpoint]) -> Committed:
+        outcomes = await asyncio.gather(*(self._commit(checkpoint) for checkpoint in checkpoints))
+        committed = Committed()
+        for checkpoint, outcome in zip(checkpoints, outcomes, strict=True):
+            if outcome is _Outcome.COMMITTED:
+                committed.checkpoints.append(checkpoint)
+            elif outcome is _Outcome.LOST:
+                committed.lost.append(checkpoint.task)
+        return committed
 
-    def commit_due_in(self, task: Task) -> float | None:
-        if not self._dirty(task):
-            return None
-        return max(0.0, self._opened[task] + self._interval_s - time.monotonic())
+    async def release(self, task: Task) -> None:
+        try:
+            if task in self._sent_at_begin and self._dirty(task, task.next_offsets):
+                await self._abort(task, rewind=False)
+        except TaskLost:
+            pass  # logged where it was found
+        finally:
+            self._forget(task)
+            await task.outputs.producer.stop()
 
-    async def after_batch(self, task: Task) -> None:
-        if self._dirty(task) and time.monotonic() - self._opened[task] >= self._interval_s:
-            await self._commit(task, reopen=True)
+    async def _committed_positions(self, task: Task) -> dict[TopicPartition, int]:
+        """Where each input resumes: its committed offset, else the reset policy's end of the partition."""
+        positions: dict[TopicPartition, int] = {}
+        for tp in task.inputs:
+            committed = await self._consumer.committed(tp)
+            if committed is None:
+                edge = await (self._consumer.end_offsets if self._from_latest else self._consumer.beginning_offsets)(
+                    [tp]
+                )
+                committed = edge[tp]
+            positions[tp] = committed
+        return positions
 
-    async def commit(self, tasks: Iterable[Task]) -> None:
-        return None  # each task commits its own transaction
+    def _rewind(self, task: Task, offsets: Mapping[TopicPartition, int]) -> None:
+        for tp, offset in offsets.items():
+            self._consumer.seek(tp, offset)
+        task.rewind(offsets)
 
-    async def finish(self, tasks: Iterable[Task], commit: bool) -> None:
-        for task in tasks:
-            if task not in self._opened:
-                await task.outputs.producer.stop()
-                continue
-            try:
-                if commit and task in self._committed:
-                    await self._commit(task, reopen=False)
-                else:
-                    await self._abort(task, rewind=False)
-            except TaskFenced:
-                pass  # logged where it was found
-            finally:
-                self._forget(task)
-                await task.outputs.producer.stop()
-
-    def _fenced(self, task: Task, error: Exception) -> TaskFenced:
+    def _fenced(self, task: Task, error: Exception) -> TaskLost:
         """The task's transactional id was initialized by its next owner: this worker is a zombie for it."""
         self._forget(task)
         self._counters.fenced_tasks += 1
-        fenced = TaskFenced(f"task {task.id} was taken over by another worker: {error!r}")
-        log.warning("%s; its open transaction is dropped", fenced)
-        return fenced
+        lost = TaskLost(f"task {task.id} was taken over by another worker: {error!r}")
+        log.warning("%s; its open transaction is dropped", lost)
+        return lost
 
-    def _dirty(self, task: Task) -> bool:
-        if task not in self._opened:
-            return False
+    def _dirty(self, task: Task, offsets: Mapping[TopicPartition, int]) -> bool:
         produced = task.outputs.sent + task.outputs.pending
-        moved_on = task.next_offsets != self._committed.get(task, {})
+        moved_on = offsets != self._committed.get(task, {})
         stored = task.state is not None and task.state.has_unflushed_writes
         return produced > self._sent_at_begin[task] or moved_on or stored
 
     async def _begin(self, task: Task) -> None:
         await task.outputs.producer.begin_transaction()
-        self._opened[task] = time.monotonic()
         self._sent_at_begin[task] = task.outputs.sent + task.outputs.pending
 
     def _forget(self, task: Task) -> None:
-        self._opened.pop(task, None)
         self._committed.pop(task, None)
         self._sent_at_begin.pop(task, None)
 
-    async def _commit(self, task: Task, reopen: bool) -> None:
+    async def _commit(self, checkpoint: Checkpoint) -> _Outcome:
+        task, offsets = checkpoint.task, checkpoint.offsets
+        if task not in self._sent_at_begin:
+            return _Outcome.LOST
+        if not self._dirty(task, offsets):
+            return _Outcome.UNCHANGED
         producer = task.outputs.producer
-        offsets = dict(task.next_offsets)
         started = time.monotonic()
         try:
-            if task.state is not None:
-                task.state.log_changes()
             with self._telemetry.tracer.span("commit transaction", {TASK: str(task.id)}):
                 await task.outputs.flush()
                 changed = {tp: offset for tp, offset in offsets.items() if self._committed[task].get(tp) != offset}
@@ -139,23 +141,24 @@ class ExactlyOnce:
                     await producer.send_offsets_to_transaction(changed, self._group_id)
                 await producer.commit_transaction()
         except FENCED as error:
-            raise self._fenced(task, error) from error
+            self._fenced(task, error)
+            return _Outcome.LOST
         except KafkaError as error:
             log.warning("transaction of task %s failed to commit (%r): aborting and redoing its work", task.id, error)
-            await self._abort(task, rewind=reopen)
-            if reopen:
-                await self._begin(task)
-            return
+            try:
+                await self._abort(task, rewind=True)
+            except TaskLost:
+                return _Outcome.LOST
+            await self._begin(task)
+            return _Outcome.REDONE
         elapsed = time.monotonic() - started
         self._counters.commits += 1
         self._counters.commit_seconds += elapsed
         if self._telemetry.metrics.enabled:
             self._telemetry.metrics.record_commit(elapsed * 1000, transactional=True)
         self._committed[task].update(offsets)
-        if task.state is not None:
-            task.state.flush()  # the store catches up with what its changelog now holds
-        if reopen:
-            await self._begin(task)
+        await self._begin(task)
+        return _Outcome.COMMITTED
 
     async def _abort(self, task: Task, rewind: bool) -> None:
         self._counters.aborted_transactions += 1
@@ -165,7 +168,7 @@ class ExactlyOnce:
         except FENCED as error:
             raise self._fenced(task, error) from error
         except KafkaError as error:
-            raise TransactionFailed(f"task {task.id} could not abort its transaction: {error!r}") from error
+            raise StopWithoutCommit(f"task {task.id} could not abort its transaction: {error!r}") from error
         finally:
             task.outputs.discard()
             if task.state is not None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from runtime.config import ErrorPolicy
 from runtime.counters import Counters
+from runtime.errors import StopAfterCommit
 from runtime.kafka.outputs import Outputs
 
 log = logging.getLogger(__name__)
@@ -20,7 +21,7 @@ class Stage(StrEnum):
     GLOBAL_STORE = "global-store update"
 
 
-class RecordFailed(Exception):
+class RecordFailed(StopAfterCommit):
     """A record failed under the `fail` policy: the worker stops without committing past it."""
 
 
@@ -38,6 +39,10 @@ class FailureHandler:
         self._policies = policies
         self._dead_letter_topic = dead_letter_topic
         self._counters = counters
+
+    def stops_on(self, stage: Stage) -> bool:
+        """Whether a failure at `stage` stops the worker (the `fail` policy)."""
+        return self._policies[stage] is ErrorPolicy.FAIL
 
     def handle(self, stage: Stage, processor: str, raw: Any, error: BaseException, outputs: Outputs) -> None:
         where = f"{raw.topic}[{raw.partition}]@{raw.offset}"

@@ -1,4 +1,10 @@
-"""The actor: one asyncio task per (processor, partition) that processes its records in order."""
+"""The actor: one asyncio task per (processor, partition) that processes its records in order.
+
+A task takes its turn (`Task.turn`) for each batch and each punctuation, and the commit protocol
+(runtime/guarantees/checkpoint.py) takes the same turn to prepare a commit: so a commit never sees
+half a record, and a processor's `flush` never runs while it processes. A commit that waits for the
+turn ends the batch in flight after its current record; the rest of the batch stays first in line.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +14,17 @@ import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from enum import StrEnum
+from typing import Any
 
 from aiokafka import TopicPartition
 
 from processors.processor import Processor
 from processors.record import Record
 from runtime.counters import Counters
+from runtime.errors import StopAfterCommit
 from runtime.kafka.outputs import Outputs
 from runtime.state.task_state import TaskState
 from runtime.task.context import TaskContext, TopicSerdes
@@ -37,26 +45,22 @@ class TaskId:
         return f"{self.processor}[{self.partition}]"
 
 
-class GuaranteeHooks(Protocol):
-    """The guarantee's part in a task's life (implemented in runtime/guarantees/commit.py)."""
-
-    async def start(self, task: Task) -> None:
-        """Before the task restores or processes anything."""
-
-    async def ready(self, task: Task) -> None:
-        """After its stores are restored, before its input partitions are resumed."""
-
-    async def before_batch(self, task: Task, tp: TopicPartition, records: list[Any]) -> None: ...
-
-    async def after_batch(self, task: Task) -> None:
-        """After each batch, and when a wait for records times out at `commit_due_in`."""
-
-    def commit_due_in(self, task: Task) -> float | None:
-        """Seconds until the task itself must commit, or None when the worker commits for it."""
+class TaskPhase(StrEnum):
+    CREATED = "created"  # built on assignment; its inputs are held until it runs
+    RESTORING = "restoring"  # claimed from its previous owner, restoring its stores
+    RUNNING = "running"  # processing; takes part in commits
+    CLOSED = "closed"  # its processor and stores are closed
 
 
-class TaskFenced(Exception):
-    """Another worker took this task over (its producer was fenced): stop, commit nothing."""
+@dataclass(frozen=True)
+class Checkpoint:
+    """What one commit covers of a task: the next offset of each input (step 1.4 of the protocol)."""
+
+    task: Task
+    offsets: dict[TopicPartition, int]
+
+
+CommitBeforeProcessing = Callable[[TopicPartition, list[Any]], Awaitable[None]]
 
 
 @dataclass
@@ -66,12 +70,16 @@ class TaskServices:
     failures: FailureHandler
     counters: Counters
     serdes: TopicSerdes
-    hooks: GuaranteeHooks
-    on_dequeue: Callable[[Task], None]
-    restore: Callable[[TaskState], Awaitable[None]]
-    on_ready: Callable[[Task], Awaitable[None]]
     global_stores: Mapping[str, ReadOnlyStore]
     telemetry: Telemetry
+    on_dequeue: Callable[[Task], None]
+    commit_before_processing: CommitBeforeProcessing | None  # at-most-once only
+
+
+async def settle(result: Awaitable[None] | None) -> None:
+    """Await what a processor method returned, if it was an `async def`."""
+    if inspect.isawaitable(result):
+        await result
 
 
 class Task:
@@ -91,8 +99,9 @@ class Task:
         self.id = task_id
         self.state = state
         self.outputs = outputs
-        self.starting = True  # until restored and positioned: holds no record in flight
         self.inputs = inputs
+        self.phase = TaskPhase.CREATED
+        self.turn = asyncio.Lock()
         self.next_offsets: dict[TopicPartition, int] = {}
         self.queued = 0
         self._processor = processor
@@ -101,18 +110,16 @@ class Task:
         self._end_offsets = end_offsets
         self._queue: deque[tuple[TopicPartition, list[Any]]] = deque()
         self._wakeup = asyncio.Event()
+        self.lost = False
         self._stopping = False
+        self._interrupted = False  # stopping, or a commit waits for the turn: the batch ends at this record
         self._busy = False
         self._is_async = inspect.iscoroutinefunction(processor.process)
-        self._runner: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._runner = asyncio.create_task(self._run(), name=f"task {self.id}")
+        self._flushes = type(processor).flush is not Processor.flush
 
     @property
-    def runner(self) -> asyncio.Task[None]:
-        assert self._runner is not None, "task not started"
-        return self._runner
+    def running(self) -> bool:
+        return self.phase is TaskPhase.RUNNING and not self.lost
 
     @property
     def idle(self) -> bool:
@@ -125,23 +132,22 @@ class Task:
 
     def request_stop(self) -> None:
         """Stop after the record in flight; queued records are dropped (they were not committed)."""
-        self._stopping = True
+        self._stopping = self._interrupted = True
         self._wakeup.set()
 
-    async def stop(self, timeout: float) -> None:
+    @contextlib.asynccontextmanager
+    async def commit_turn(self) -> AsyncIterator[None]:
+        """The task's turn, for a commit: the batch in flight ends after its current record (the rest
+        stays queued), so a slow processor's commit waits for one record rather than a whole fetch."""
+        self._interrupted = True
+        async with self.turn:
+            self._interrupted = self._stopping
+            yield
+
+    def lose(self) -> None:
+        """Another worker took the task over: stop after the batch in flight; nothing more is committed."""
+        self.lost = True
         self.request_stop()
-        if self.starting:
-            self.runner.cancel()  # no record in flight; a store keeps what its restore applied
-        try:
-            await asyncio.wait_for(asyncio.shield(self.runner), timeout)
-        except TimeoutError:
-            log.error("task %s did not finish its record within %.0fs; cancelling it", self.id, timeout)
-            self.runner.cancel()
-        except asyncio.CancelledError:
-            if not self.runner.cancelled():
-                raise
-        except Exception:  # a failure of the task itself: the worker reports it
-            pass
 
     def rewind(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Forget queued records and go back to `offsets` (the consumer was sought there)."""
@@ -151,35 +157,90 @@ class Task:
         self._context.pending.clear()
         self._services.on_dequeue(self)
 
-    async def _run(self) -> None:
-        hooks = self._services.hooks
-        await hooks.start(self)
-        if self.state is not None:
-            await self._services.restore(self.state)
-        await self._services.on_ready(self)
-        self.starting = False
-        self._processor.init(self._context)
+    def mark_caught_up(self, tp: TopicPartition, end: int) -> None:
+        """Every record below `end` was processed (gaps are compaction or transaction markers)."""
+        self.next_offsets[tp] = max(self.next_offsets.get(tp, 0), end)
+
+    async def run(self) -> None:
+        """Initialise the processor, then process batches and punctuations until asked to stop."""
+        self.phase = TaskPhase.RUNNING
+        try:
+            await settle(self._processor.init(self._context))
+        except Exception as error:
+            raise self._lifecycle_failed("init", error) from error
         try:
             while not self._stopping:
                 await self._wait_for_work()
                 if self._stopping:
                     break
-                await self._punctuate()
-                if self._queue:
-                    tp, records = self._queue.popleft()
-                    self._busy = True
-                    try:
-                        await self._process_batch(tp, records)
-                        await self.outputs.flush()
-                    finally:
-                        self._busy = False
-                        self.queued -= len(records)
-                        self._services.on_dequeue(self)
-                await hooks.after_batch(self)
+                async with self.turn:
+                    await self._punctuate()
+                    if self._queue:
+                        await self._take_batch()
         finally:
             self._queue.clear()
             self.queued = 0
-            self._processor.close()
+
+    async def _take_batch(self) -> None:
+        tp, records = self._queue.popleft()
+        self._busy = True
+        rest: list[Any] = []
+        try:
+            rest = await self._process_batch(tp, records)
+            await self.outputs.flush()
+        finally:
+            self._busy = False
+            if rest and not self._stopping:
+                self._queue.appendleft((tp, rest))
+            self.queued -= len(records) - len(rest)
+            self._services.on_dequeue(self)
+
+    async def prepare_commit(self) -> Checkpoint | None:
+        """Steps 1.1 to 1.4 of the commit protocol, in the task's turn; None when there is nothing to
+        commit: the task is not running, or its processor's `flush` failed."""
+        if not self.running:
+            return None
+        if self._flushes:  # 1.1
+            released = len(self._context.pending)
+            try:
+                await settle(self._processor.flush(self._context))
+            except Exception as error:
+                del self._context.pending[released:]
+                self._flush_failed(error)
+                return None
+        self._release_outputs()  # 1.2
+        if self.state is not None:
+            self.state.log_changes()  # 1.3
+        return Checkpoint(self, dict(self.next_offsets))  # 1.4
+
+    async def close(self) -> None:
+        """Close the processor (after its last flush, if it ran), then the stores, so that another
+        worker on this machine can open them."""
+        if self.phase is TaskPhase.CLOSED:
+            return
+        ran, self.phase = self.running, TaskPhase.CLOSED
+        try:
+            if ran:
+                await settle(self._processor.close())
+        except Exception as error:
+            raise self._lifecycle_failed("close", error) from error
+        finally:
+            if self.state is not None:
+                self.state.close()
+
+    def _lifecycle_failed(self, step: str, error: Exception) -> StopAfterCommit:
+        log.error("processor '%s' failed in %s() of task %s", self.id.processor, step, self.id, exc_info=error)
+        return StopAfterCommit(
+            f"processor '{self.id.processor}' failed in {step}() of task {self.id}: {type(error).__name__}: {error}"
+        )
+
+    def _flush_failed(self, error: Exception) -> None:
+        """Step 1.1 failed: no offset of this task is committed now; the policy decides what follows."""
+        self._services.counters.failed_flushes += 1
+        if self._services.failures.stops_on(Stage.PROCESSING):
+            raise self._lifecycle_failed("flush", error) from error
+        log.warning("processor '%s' failed to flush task %s (%r): its offsets stay uncommitted until a flush "
+                    "succeeds", self.id.processor, self.id, error)  # fmt: skip
 
     async def _wait_for_work(self) -> None:
         if self._queue:
@@ -187,58 +248,67 @@ class Task:
         self._wakeup.clear()
         punctuators = self._context.punctuators
         timeout = max(0.0, min(p.due for p in punctuators) - time.monotonic()) if punctuators else None
-        commit_due = self._services.hooks.commit_due_in(self)
-        if commit_due is not None:
-            timeout = commit_due if timeout is None else min(timeout, commit_due)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wakeup.wait(), timeout)
 
     async def _punctuate(self) -> None:
         now = time.monotonic()
+        pending = self._context.pending
         for punctuator in self._context.punctuators:
-            if punctuator.due <= now:
-                punctuator.due = now + punctuator.every_s
-                result = punctuator.callback()
-                if inspect.isawaitable(result):
-                    await result
-                self._release_outputs()
+            if punctuator.due > now:
+                continue
+            punctuator.due = now + punctuator.every_s
+            released = len(pending)
+            try:
+                await settle(punctuator.callback())
+            except Exception as error:  # nothing of a failed punctuation escapes
+                del pending[released:]
+                if self._services.failures.stops_on(Stage.PROCESSING):
+                    raise self._lifecycle_failed("a punctuation", error) from error
+                self._services.counters.skipped += 1
+                log.warning("a punctuation of task %s failed (%r); skipped", self.id, error)
+            self._release_outputs()
 
-    async def _process_batch(self, tp: TopicPartition, records: list[Any]) -> None:
+    def _within_run(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
+        """A bounded run processes only the records below the end offsets taken at its start."""
         end = self._end_offsets.get(tp) if self._end_offsets is not None else None
         if end is not None and records[-1].offset >= end:
-            records = [raw for raw in records if raw.offset < end]
-            if not records:
-                return
-        await self._services.hooks.before_batch(self, tp, records)
+            return [raw for raw in records if raw.offset < end]
+        return records
+
+    async def _process_batch(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
+        """Returns the records it left for later, when interrupted."""
+        records = self._within_run(tp, records)
+        if not records:
+            return []
+        if self._services.commit_before_processing is not None:
+            await self._services.commit_before_processing(tp, records)
         telemetry = self._services.telemetry
         if telemetry.tracer.enabled or telemetry.metrics.enabled:
-            await self._process_batch_observed(tp, records)
-            return
+            return await self._process_batch_observed(tp, records)
         key_serde, value_serde = self._services.serdes[tp.topic]
         decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
-        process, context, counters = self._processor.process, self._context, self._services.counters
-        failures, name, is_async = self._services.failures, self.id.processor, self._is_async
+        process, context, is_async = self._processor.process, self._context, self._is_async
         pending = context.pending
         processed = 0
         done: int | None = None  # the offset after the last record handled
         try:
             for raw in records:
-                if self._stopping:
-                    return
-                offset = raw.offset
+                if self._interrupted:
+                    return records[records.index(raw) :]
                 try:
                     record = Record(
                         raw.topic,
                         raw.partition,
-                        offset,
+                        raw.offset,
                         raw.timestamp,
                         None if raw.key is None else decode_key(raw.key),
                         None if raw.value is None else decode_value(raw.value),
                         raw.headers,
                     )
                 except Exception as error:  # any decoding error goes to the policy
-                    failures.handle(Stage.DESERIALIZATION, name, raw, error, self.outputs)
-                    done = self.next_offsets[tp] = offset + 1
+                    self._undecodable(raw, error)
+                    done = raw.offset + 1
                     continue
                 released = len(pending)
                 try:
@@ -247,54 +317,43 @@ class Task:
                     else:
                         process(record, context)
                 except Exception as error:  # any processor error goes to the policy
-                    del pending[released:]  # nothing of a failed record escapes
-                    failures.handle(Stage.PROCESSING, name, raw, error, self.outputs)
+                    self._failed(raw, error, released)
                 else:
                     processed += 1
-                done = offset + 1
-                if is_async:
-                    # A commit can run while this batch awaits: an offset may only advance together
-                    # with the outputs of the records before it.
-                    self._release_outputs()
-                    self.next_offsets[tp] = done
+                done = raw.offset + 1
         finally:
-            # A plain `process` never yields to the commit cycle inside a batch: the offset and the
-            # counter are brought up to date once, here.
-            if done is not None:
-                self.next_offsets[tp] = done
-            counters.processed += processed
-            self._release_outputs()
+            self._batch_done(tp, done, processed)
+        return []
 
-    async def _process_batch_observed(self, tp: TopicPartition, records: list[Any]) -> None:
-        """`_process_batch`'s loop with a span around each record and its processing time measured."""
+    async def _process_batch_observed(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
+        """`_process_batch`'s loop with a span around each record and its processing time measured;
+        the two loops share every path but the call itself (tests run both)."""
         key_serde, value_serde = self._services.serdes[tp.topic]
         decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
-        process, context, counters = self._processor.process, self._context, self._services.counters
-        failures, name, is_async = self._services.failures, self.id.processor, self._is_async
+        process, context, is_async = self._processor.process, self._context, self._is_async
         tracer, metrics = self._services.telemetry.tracer, self._services.telemetry.metrics
-        start_span, timed = tracer.start_process_span, metrics.enabled
+        start_span, timed, name = tracer.start_process_span, metrics.enabled, self.id.processor
         pending = context.pending
         processed = 0
         done: int | None = None  # the offset after the last record handled
         try:
             with tracer.batch_context():
                 for raw, decision in zip(records, tracer.decide(records), strict=True):
-                    if self._stopping:
-                        return
-                    offset = raw.offset
+                    if self._interrupted:
+                        return records[records.index(raw) :]
                     try:
                         record = Record(
                             raw.topic,
                             raw.partition,
-                            offset,
+                            raw.offset,
                             raw.timestamp,
                             None if raw.key is None else decode_key(raw.key),
                             None if raw.value is None else decode_value(raw.value),
                             raw.headers,
                         )
                     except Exception as error:  # any decoding error goes to the policy
-                        failures.handle(Stage.DESERIALIZATION, name, raw, error, self.outputs)
-                        done = self.next_offsets[tp] = offset + 1
+                        self._undecodable(raw, error)
+                        done = raw.offset + 1
                         continue
                     released = len(pending)
                     started = time.perf_counter() if timed else 0.0
@@ -306,53 +365,50 @@ class Task:
                             if is_async:
                                 await result  # type: ignore[misc]
                         else:
-                            await self._process_in_span(
-                                start_span(raw.topic, raw.partition, offset, raw.key, raw.headers, None, decision),
-                                record,
-                            )
+                            scope = start_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers, None,
+                                               decision)  # fmt: skip
+                            await self._process_in_span(scope, record)
                     except Exception as error:  # any processor error goes to the policy
-                        del pending[released:]  # nothing of a failed record escapes
-                        failures.handle(Stage.PROCESSING, name, raw, error, self.outputs)
+                        self._failed(raw, error, released)
                     else:
                         processed += 1
                     if timed:
                         metrics.record_processing((time.perf_counter() - started) * 1000, name)
-                    done = offset + 1
-                    if is_async:
-                        self._release_outputs()  # see _process_batch
-                        self.next_offsets[tp] = done
+                    done = raw.offset + 1
         finally:
-            if done is not None:
-                self.next_offsets[tp] = done
-            counters.processed += processed
             context.trace_fields = ()  # punctuations' outputs belong to no record
-            self._release_outputs()
+            self._batch_done(tp, done, processed)
+        return []
 
     async def _process_in_span(self, scope: ProcessScope, record: Record) -> None:
         """A sampled record (about one in a hundred at a 1% ratio), out of the loop's fast path."""
         with scope:
             self._context.trace_fields = scope.fields
-            result = self._processor.process(record, self._context)
-            if self._is_async:
-                await result  # type: ignore[misc]
+            await settle(self._processor.process(record, self._context))
+
+    def _undecodable(self, raw: Any, error: Exception) -> None:
+        self._services.failures.handle(Stage.DESERIALIZATION, self.id.processor, raw, error, self.outputs)
+
+    def _failed(self, raw: Any, error: Exception, released: int) -> None:
+        del self._context.pending[released:]  # nothing of a failed record escapes
+        self._services.failures.handle(Stage.PROCESSING, self.id.processor, raw, error, self.outputs)
+
+    def _batch_done(self, tp: TopicPartition, done: int | None, processed: int) -> None:
+        """The offset and the counter are brought up to date once per batch: no commit can run inside
+        one, as the batch holds the task's turn."""
+        if done is not None:
+            self.next_offsets[tp] = done
+        self._services.counters.processed += processed
+        self._release_outputs()
 
     def _release_outputs(self) -> None:
         self.outputs.append_all(self._context.pending)
         self._context.pending.clear()
 
-    def close_state(self) -> None:
-        """Close the stores (after the final commit), so another worker on this machine can open them."""
-        if self.state is not None:
-            self.state.close()
-
-    def mark_caught_up(self, tp: TopicPartition, end: int) -> None:
-        """Every record below `end` was processed (gaps are compaction or transaction markers)."""
-        self.next_offsets[tp] = max(self.next_offsets.get(tp, 0), end)
-
 
 def build_task(
     task_id: TaskId,
-    processor_class: type[Processor],
+    processor: Processor,
     app_id: str,
     params: Mapping[str, Any],
     outputs_allowed: frozenset[str],
@@ -366,4 +422,4 @@ def build_task(
         app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes, services.global_stores,
         state,
     )  # fmt: skip
-    return Task(task_id, processor_class(), context, inputs, outputs, services, end_offsets, state)
+    return Task(task_id, processor, context, inputs, outputs, services, end_offsets, state)

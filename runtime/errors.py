@@ -1,0 +1,26 @@
+"""What the engine does about a failure, told by the failure's class rather than by where it came from.
+
+Each class names an action. The worker stops the same way whichever part of it raised one, so a new
+kind of failure picks its class here instead of adding a case to the shutdown.
+"""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """A failure the engine knows how to handle; its message is already phrased for the user."""
+
+
+class TaskLost(EngineError):
+    """Another worker owns the task now (its producer was fenced): drop the task, commit nothing for it,
+    and go on with the others."""
+
+
+class StopAfterCommit(EngineError):
+    """Stop the worker, committing the work done before the failure: a record or a processor failed
+    under the `fail` policy, and everything before it is complete."""
+
+
+class StopWithoutCommit(EngineError):
+    """Stop the worker and commit nothing more: the output path or a transaction broke, so a commit
+    could claim outputs that were never written."""

@@ -1,0 +1,119 @@
+"""The commit protocol, written once for every guarantee.
+
+A commit makes a task's progress durable: what its processor wrote elsewhere, its outputs, its
+stores' changes, and the input offsets all of that covers. It runs in these steps (the numbers
+appear as comments where each step is done):
+
+1. Prepare, for each task in its turn, so that none of its records is processed meanwhile
+   (`Task.prepare_commit`):
+   1.1 await the processor's `flush(ctx)`: a sink writes what it buffered. If it raises, the task
+       takes no part in this commit: none of its offsets are committed, and the processing error
+       policy decides (`fail` stops the worker; `skip` and `dead_letter` try again next time);
+   1.2 release the outputs its records (and its flush) sent to the task's output path;
+   1.3 turn its stores' changes since the last commit into changelog records on the same path;
+   1.4 take its offsets: after the last record it processed, of each input.
+2. Commit, by the guarantee's committer (one per guarantee, each in its own module):
+   - at-least-once (`consumer_commits.py`): hand every batch to the producer, wait until the broker
+     acknowledged them all, then commit the offsets through the consumer. The tasks go on
+     processing meanwhile: outputs released after 1.4 belong to later offsets.
+   - at-most-once: as at-least-once, but its offsets were committed before each batch was processed;
+   - exactly-once (`transactions.py`): for each task, hand its batches to its transactional
+     producer, add its offsets to its transaction and commit it, while the task still waits; a
+     transaction that fails is aborted and its work redone from the offsets committed before.
+3. Post-commit, for each task whose commit succeeded: its stores write their data together with the
+   changelog offset it reaches (`TaskState.flush`), so a store is never ahead of its changelog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from runtime.task.task import Checkpoint, CommitBeforeProcessing, Task
+
+
+@dataclass
+class Committed:
+    """What step 2 achieved: the checkpoints now durable, and the tasks another worker took over."""
+
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    lost: list[Task] = field(default_factory=list)
+
+
+class Committer(Protocol):
+    """Step 2 of the protocol for one guarantee, and the guarantee's part when a task comes and goes."""
+
+    commits_in_turn: bool
+    """Whether the tasks wait until step 2 is done (exactly-once) or go on processing (the others)."""
+
+    commit_before_processing: CommitBeforeProcessing | None
+    """At-most-once commits a batch's offsets before the batch is processed; the others, None."""
+
+    async def claim(self, task: Task) -> None:
+        """A task was assigned and has not restored yet: exactly-once fences its previous owner and
+        moves the task to the offsets that owner committed last."""
+
+    async def commit(self, checkpoints: list[Checkpoint]) -> Committed: ...
+
+    async def release(self, task: Task) -> None:
+        """A task leaves, after its final commit or without one: what is still open is aborted."""
+
+
+class Checkpoints:
+    """Runs the protocol over a worker's tasks: on a timer, when partitions are revoked, at shutdown."""
+
+    def __init__(self, committer: Committer, interval_s: float):
+        self.committer = committer
+        self._interval_s = interval_s
+        self._one_at_a_time = asyncio.Lock()  # the timer, a revoke and the shutdown take turns
+        self._timer_stopped = asyncio.Event()
+
+    async def commit(self, tasks: Iterable[Task]) -> None:
+        """Commit the running tasks, each as soon as it finishes the batch in flight. A task whose
+        processor failed (step 1.1) keeps the others from nothing: they commit, then it is raised."""
+        async with self._one_at_a_time:
+            running = [task for task in tasks if task.running]
+            outcomes: list[Checkpoint | BaseException | None]
+            if self.committer.commits_in_turn:
+                outcomes = await asyncio.gather(*map(self._commit_in_turn, running), return_exceptions=True)
+            else:
+                outcomes = await asyncio.gather(*map(self._prepare_in_turn, running), return_exceptions=True)
+                prepared = [outcome for outcome in outcomes if isinstance(outcome, Checkpoint)]
+                self._post_commit(await self.committer.commit(prepared))  # 2, 3
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _prepare_in_turn(self, task: Task) -> Checkpoint | None:
+        async with task.commit_turn():
+            return await task.prepare_commit()  # 1
+
+    async def _commit_in_turn(self, task: Task) -> None:
+        async with task.commit_turn():
+            checkpoint = await task.prepare_commit()  # 1
+            if checkpoint is not None:
+                self._post_commit(await self.committer.commit([checkpoint]))  # 2, 3
+
+    async def commit_periodically(self, tasks: Callable[[], Iterable[Task]]) -> None:
+        """Until `stop_timer`. Never cancelled: a transaction cut off between its commit and the next
+        begin would leave its task with none open."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._timer_stopped.wait(), self._interval_s)
+            if self._timer_stopped.is_set():
+                return
+            await self.commit(tasks())
+
+    def stop_timer(self) -> None:
+        self._timer_stopped.set()
+
+    def _post_commit(self, committed: Committed) -> None:
+        for checkpoint in committed.checkpoints:
+            state = checkpoint.task.state
+            if state is not None:
+                state.flush()  # 3
+        for task in committed.lost:
+            task.lose()

@@ -1,0 +1,210 @@
+"""Which tasks this worker runs: built when partitions are assigned, committed and closed when revoked.
+
+A task's whole life is one coroutine in the worker's task group (`_live`): the guarantee claims it
+(exactly-once fences its previous owner and moves it to that owner's last committed offsets), its
+stores are restored, its inputs are let through, and its actor runs until it is stopped. Leaving is
+the reverse, in `_leave`: after a final commit, the guarantee releases the task (exactly-once aborts
+what is still open and stops the task's producer), then the processor and the stores close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from typing import Any
+
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+
+from runtime.config import AppConfig, Guarantee, ProcessorConfig
+from runtime.counters import Counters
+from runtime.errors import StopAfterCommit, TaskLost
+from runtime.guarantees.checkpoint import Checkpoints
+from runtime.kafka.outputs import Outputs
+from runtime.state.task_state import TaskState
+from runtime.task.task import Task, TaskId, TaskPhase, TaskServices, build_task
+from runtime.worker.backpressure import Backpressure
+from runtime.worker.outcome import Outcome
+
+log = logging.getLogger(__name__)
+
+STARTING = "starting"
+LOST = "lost"
+
+Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
+
+
+class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(
+        self,
+        config: AppConfig,
+        services: TaskServices,
+        outputs_for: Callable[[TaskId], Outputs],
+        restore: Callable[[TaskState], Awaitable[None]],
+        checkpoints: Checkpoints,
+        backpressure: Backpressure,
+        end_offsets: Mapping[TopicPartition, int] | None,
+        outcome: Outcome,
+        counters: Counters,
+        spawn: Spawn,
+        ready: asyncio.Event,
+    ):
+        self.tasks: dict[TaskId, Task] = {}
+        self.subscribers: dict[TopicPartition, list[Task]] = defaultdict(list)
+        self.ready = ready  # set at the first assignment
+        self._config = config
+        self._services = services
+        self._outputs_for = outputs_for
+        self._restore = restore
+        self._checkpoints = checkpoints
+        self._backpressure = backpressure
+        self._end_offsets = end_offsets
+        self._outcome = outcome
+        self._counters = counters
+        self._spawn = spawn
+        self._actors: dict[Task, asyncio.Task[None]] = {}
+
+    # Called by aiokafka's group coordinator; an exception raised here would only be logged by it.
+
+    async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        try:
+            self._assign(set(assigned))
+        except Exception as error:
+            self._outcome.fail(error, "taking the assigned partitions")
+
+    async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        try:
+            await self._revoke(set(revoked))
+        except Exception as error:
+            self._outcome.fail(error, "giving back the revoked partitions")
+
+    async def stop_all(self, commit: bool) -> None:
+        """The worker stops: every task stops, commits (when `commit`) and leaves."""
+        tasks = list(self.tasks.values())
+        await self._stop(tasks)
+        if commit:
+            await self._commit(tasks)
+        for task in tasks:
+            await self._leave(task)
+        self.tasks.clear()
+        self.subscribers.clear()
+
+    def _assign(self, assigned: set[TopicPartition]) -> None:
+        self._counters.assignments += 1
+        by_partition: dict[int, set[TopicPartition]] = defaultdict(set)
+        for tp in assigned:
+            by_partition[tp.partition].add(tp)
+        started = []
+        for spec in self._config.processors:
+            for partition, tps in by_partition.items():
+                inputs = sorted((tp for tp in tps if tp.topic in spec.inputs), key=lambda tp: tp.topic)
+                task_id = TaskId(spec.name, partition)
+                if inputs and task_id not in self.tasks and not self._outcome.stopping:
+                    self._start(self._build(spec, task_id, inputs))
+                    started.append(str(task_id))
+        self.ready.set()
+        log.info("assigned %d partitions, started tasks %s", len(assigned), started)
+
+    def _build(self, spec: ProcessorConfig, task_id: TaskId, inputs: list[TopicPartition]) -> Task:
+        try:
+            processor = spec.processor_class()()
+        except Exception as error:
+            log.error("processor '%s' could not be constructed for task %s", spec.name, task_id, exc_info=error)
+            raise StopAfterCommit(
+                f"processor '{spec.name}' could not be constructed for task {task_id}: {type(error).__name__}: {error}"
+            ) from error
+        outputs = self._outputs_for(task_id)
+        state = TaskState(self._config, spec, task_id.partition, outputs) if spec.stores else None
+        return build_task(task_id, processor, self._config.app_id, spec.params, frozenset(spec.outputs), inputs,
+                          outputs, self._services, self._end_offsets, state)  # fmt: skip
+
+    def _start(self, task: Task) -> None:
+        if task.state is not None or self._config.guarantee is Guarantee.EXACTLY_ONCE:
+            self._backpressure.hold(task.inputs, (STARTING, task.id))  # nothing queued before the claim and restore
+        self.tasks[task.id] = task
+        for tp in task.inputs:
+            self.subscribers[tp].append(task)
+        self._actors[task] = self._spawn(self._live(task), f"task {task.id}")
+
+    async def _live(self, task: Task) -> None:
+        try:
+            task.phase = TaskPhase.RESTORING
+            await self._checkpoints.committer.claim(task)
+            if task.state is not None:
+                await self._restore(task.state)
+            self._backpressure.release(task.inputs, (STARTING, task.id))
+            await task.run()
+        except TaskLost:
+            task.lose()
+        except Exception as error:
+            self._outcome.fail(error, f"task {task.id}")
+            return
+        if task.lost and self.tasks.get(task.id) is task:  # taken over: it leaves now, without a commit
+            self._forget(task)
+            await self._leave(task)
+
+    async def _revoke(self, revoked: set[TopicPartition]) -> None:
+        if not revoked:
+            return
+        self._counters.revocations += 1
+        leaving = [task for task in self.tasks.values() if any(tp in revoked for tp in task.inputs)]
+        await self._stop(leaving)
+        await self._commit(leaving)
+        for task in leaving:
+            self._forget(task)
+            await self._leave(task)
+        for tp in revoked:
+            self.subscribers.pop(tp, None)
+        self._backpressure.forget(revoked)
+        log.info("revoked %d partitions, stopped tasks %s", len(revoked), [str(t.id) for t in leaving])
+
+    async def _commit(self, tasks: list[Task]) -> None:
+        try:
+            await self._checkpoints.commit(tasks)
+        except Exception as error:
+            self._outcome.fail(error, "the final commit")
+
+    async def _stop(self, tasks: list[Task]) -> None:
+        """Stop the actors after the batch in flight; one that is still starting has none, and is cancelled
+        (a store keeps what its restore applied)."""
+        actors = []
+        for task in tasks:
+            task.request_stop()
+            actor = self._actors.pop(task, None)
+            if actor is None:
+                continue
+            if not task.running:
+                actor.cancel()
+            actors.append(actor)
+        if not actors:
+            return
+        _, late = await asyncio.wait(actors, timeout=self._config.shutdown_timeout_s)
+        for actor in late:
+            log.error("%s did not finish its batch within %.0fs; cancelling it", actor.get_name(),
+                      self._config.shutdown_timeout_s)  # fmt: skip
+            actor.cancel()
+        if late:
+            await asyncio.wait(late)
+
+    async def _leave(self, task: Task) -> None:
+        if task.phase is TaskPhase.CLOSED:  # a task taken over left as its actor ended
+            return
+        try:
+            await self._checkpoints.committer.release(task)
+        except Exception as error:
+            self._outcome.fail(error, f"releasing task {task.id}")
+        try:
+            await task.close()
+        except StopAfterCommit as error:
+            self._outcome.fail(error)
+
+    def _forget(self, task: Task) -> None:
+        if self.tasks.get(task.id) is not task:
+            return
+        del self.tasks[task.id]
+        self._actors.pop(task, None)
+        for tp in task.inputs:
+            self.subscribers[tp] = [t for t in self.subscribers.get(tp, []) if t is not task]
+        if task.lost:  # its partitions go with the next rebalance; until then, nothing is fetched for it
+            self._backpressure.hold(task.inputs, (LOST, task.id))

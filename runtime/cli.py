@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from runtime.config import AppConfig, ConfigError, load_app
@@ -16,6 +17,7 @@ from runtime.devkafka import cli as devkafka_cli
 from runtime.devkafka.jars import DevKafkaError
 from runtime.kafka.connection import BrokerUnavailable, resolve_bootstrap
 from runtime.telemetry import TelemetryError
+from runtime.worker.restarts import RestartPolicy
 from runtime.worker.supervisor import WORKER_INDEX, for_worker, run_workers
 from runtime.worker.worker import Worker, WorkerFailed
 
@@ -33,7 +35,13 @@ def _parser() -> argparse.ArgumentParser:
         "(or `python -m runtime dev-kafka start|stop|status` for a local broker).",
     )
     parser.add_argument("app", type=Path, help="the app's YAML file")
-    parser.add_argument("--workers", type=int, default=1, help="worker processes in the consumer group")
+    parser.add_argument("--workers", type=_at_least(1), default=1, help="worker processes in the consumer group")
+    parser.add_argument(
+        "--max-restarts",
+        type=_at_least(0),
+        default=RestartPolicy.max_restarts,
+        help="with --workers N: restarts in a row of a worker that keeps dying within a minute, before all stop",
+    )
     parser.add_argument(
         "--until-caught-up",
         action="store_true",
@@ -41,6 +49,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--log-level", default=os.environ.get("RUNTIME_LOG_LEVEL", "INFO"))
     return parser
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            number = minimum - 1
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of at least {minimum}")
+        return number
+
+    return parse
 
 
 def main(argv: list[str]) -> int:
@@ -65,7 +86,8 @@ def main(argv: list[str]) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILED
     if args.workers > 1:
-        return run_workers(args.workers, args.app, bootstrap, args.until_caught_up, args.log_level)
+        policy = RestartPolicy(max_restarts=args.max_restarts)
+        return run_workers(args.workers, args.app, bootstrap, args.until_caught_up, args.log_level, policy)
     config = for_worker(config, int(os.environ.get(WORKER_INDEX, "0")))
     return run_worker(config, bootstrap, args.until_caught_up, args.app)
 

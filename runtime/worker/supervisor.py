@@ -1,35 +1,163 @@
-"""`--workers N`: N worker processes in one consumer group, stopped together."""
+"""`--workers N`: N worker processes in one consumer group, restarted when they die, stopped together.
+
+A worker that exits 0 (a `--until-caught-up` run finished) is done. One that exits 2 met an error in
+the app's configuration, which a restart would meet again: the supervisor stops the others and exits 2.
+One that dies otherwise (a non-zero status, or killed by a signal) is restarted as `restarts.py`
+decides, and when it decides against, the supervisor stops the others and exits 1.
+
+SIGINT and SIGTERM are forwarded to every worker, which commits and exits 0; one still running
+`STOP_GRACE_S` later is killed. A worker that the forwarded signal ended before it installed its
+handler (still starting, or already closed) had nothing to commit, and counts as stopped cleanly.
+
+The exit status is 0 when every worker's last run ended cleanly, 2 when one reported a configuration
+error, and 1 when one failed or was killed and was not restarted (the log names the signal).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import signal
-import subprocess
 import sys
+import time
 from pathlib import Path
-from types import FrameType
 
 from runtime.config import AppConfig
+from runtime.worker.restarts import RestartPolicy, Restarts
+
+log = logging.getLogger(__name__)
 
 WORKER_INDEX = "KAFKA_ACTOR_WORKER_INDEX"
 """The environment variable that tells each of the N processes which one it is (0 to N-1)."""
 
+EXIT_FAILED = 1
+EXIT_CONFIG = 2
+STOP_GRACE_S = 30.0
 
-def run_workers(count: int, app: Path, bootstrap: str, until_caught_up: bool, log_level: str) -> int:
+
+def run_workers(
+    count: int, app: Path, bootstrap: str, until_caught_up: bool, log_level: str, policy: RestartPolicy
+) -> int:
     command = [sys.executable, "-m", "runtime", str(app), "--log-level", log_level]
     if until_caught_up:
         command.append("--until-caught-up")
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap}
-    children = [subprocess.Popen(command, env={**env, WORKER_INDEX: str(index)}) for index in range(count)]
+    return asyncio.run(Supervisor(command, env, count, policy).run())
 
-    def forward(signum: int, _frame: FrameType | None) -> None:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signum)
 
-    signal.signal(signal.SIGINT, forward)
-    signal.signal(signal.SIGTERM, forward)
-    return max(child.wait() for child in children)
+def describe_exit(code: int) -> str:
+    """How a process ended, from its return code (negative: the signal that killed it), by name."""
+    if code >= 0:
+        return f"exited with status {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f"was killed by {name}"
+
+
+class Supervisor:
+    """Starts the workers, restarts those that die, and stops them all on a signal or when one cannot go on."""
+
+    def __init__(self, command: list[str], env: dict[str, str], count: int, policy: RestartPolicy):
+        self._command = command
+        self._env = env
+        self._count = count
+        self._policy = policy
+        self._running: dict[int, asyncio.subprocess.Process] = {}
+        self._stop_requested = asyncio.Event()
+        self._stop_signals: list[signal.Signals] = []  # the signals sent to stop the workers, in order
+        self._kill_timer: asyncio.TimerHandle | None = None
+        self._exit_status = 0
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self.stop, signum)
+        try:
+            async with asyncio.TaskGroup() as group:
+                for index in range(self._count):
+                    group.create_task(self._supervise(index))
+        finally:
+            if self._kill_timer is not None:
+                self._kill_timer.cancel()
+            self._send(signal.SIGKILL)  # only running when the supervisor itself failed
+        return self._exit_status
+
+    def stop(self, signum: signal.Signals = signal.SIGTERM) -> None:
+        """Send `signum` to every worker, start none again, and kill those still running after the grace."""
+        self._stop_signals.append(signum)
+        self._stop_requested.set()
+        self._send(signum)
+        if self._kill_timer is None:
+            self._kill_timer = asyncio.get_running_loop().call_later(STOP_GRACE_S, self._kill)
+
+    def _kill(self) -> None:
+        for index, process in self._running.items():
+            if process.returncode is None:
+                log.error("worker %d (pid %d) did not stop in %.0f s; killing it", index, process.pid, STOP_GRACE_S)
+        self._send(signal.SIGKILL)
+
+    def _send(self, signum: signal.Signals) -> None:
+        for process in self._running.values():
+            if process.returncode is None:  # one that exited is gone: its supervising task has yet to see it
+                process.send_signal(signum)
+
+    async def _supervise(self, index: int) -> None:
+        """Runs worker `index` until it is done, given up on, or the group stops; its last run's end counts."""
+        restarts = Restarts(self._policy)
+        code = 0
+        while not self._stop_requested.is_set():
+            started = time.monotonic()
+            pid, code = await self._run(index)
+            name = f"worker {index} (pid {pid})"
+            if code == 0:
+                log.info("%s %s", name, describe_exit(code))
+                break
+            if self._stop_requested.is_set():
+                if -code in self._stop_signals:
+                    log.info("%s %s, as asked", name, describe_exit(code))
+                    code = 0
+                else:
+                    log.error("%s %s while the workers stopped", name, describe_exit(code))
+                break
+            if code == EXIT_CONFIG:
+                log.error("%s %s (an error in the app's configuration); stopping", name, describe_exit(code))
+                self.stop()
+                break
+            delay = restarts.after_death(time.monotonic() - started)
+            if delay is None:
+                log.error(
+                    "%s %s: %d deaths in a row, each less than %.0f s after a restart (--max-restarts %d); stopping",
+                    name, describe_exit(code), restarts.deaths_in_a_row, self._policy.healthy_after_s,
+                    self._policy.max_restarts,
+                )  # fmt: skip
+                self.stop()
+                break
+            log.warning("%s %s; restarting it in %.0f s", name, describe_exit(code), delay)
+            if await self._stop_requested_within(delay):
+                log.error("%s %s and is not restarted: the workers are stopping", name, describe_exit(code))
+        self._exit_status = max(self._exit_status, code if code in (0, EXIT_CONFIG) else EXIT_FAILED)
+
+    async def _run(self, index: int) -> tuple[int, int]:
+        """Runs worker `index` once: its pid and return code."""
+        process = await asyncio.create_subprocess_exec(*self._command, env={**self._env, WORKER_INDEX: str(index)})
+        self._running[index] = process
+        if self._stop_requested.is_set() and process.returncode is None:  # asked while it was being started
+            process.send_signal(self._stop_signals[-1])
+        log.info("worker %d started (pid %d)", index, process.pid)
+        code = await process.wait()
+        del self._running[index]
+        return process.pid, code
+
+    async def _stop_requested_within(self, seconds: float) -> bool:
+        try:
+            async with asyncio.timeout(seconds):
+                await self._stop_requested.wait()
+        except TimeoutError:
+            return False
+        return True
 
 
 def for_worker(config: AppConfig, index: int) -> AppConfig:

@@ -15,7 +15,7 @@ from runtime import redaction
 from runtime.config import AppConfig, ConfigError, load_app
 from runtime.devkafka import cli as devkafka_cli
 from runtime.devkafka.jars import DevKafkaError
-from runtime.kafka.connection import AuthenticationRefused, BrokerUnavailable, resolve_bootstrap
+from runtime.kafka.connection import AuthenticationRefused, BrokerUnavailable, check_clients, resolve_bootstrap
 from runtime.redaction import redact
 from runtime.telemetry import TelemetryError
 from runtime.worker.supervisor import WORKER_INDEX, for_worker, run_workers
@@ -53,6 +53,7 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, os.getcwd())
     try:
         config = load_app(args.app)
+        check_clients(config)
     except ConfigError as error:
         return _report(f"error in {args.app}:\n{_indent(str(error))}", EXIT_CONFIG)
     try:

@@ -22,7 +22,7 @@ from aiokafka.errors import (
     UnsupportedSaslMechanismError,
 )
 
-from runtime.config import AppConfig
+from runtime.config import AppConfig, ConfigError, Guarantee
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +139,33 @@ class Clients:
 
     def admin(self) -> AIOKafkaAdminClient:
         return AIOKafkaAdminClient(**self._options({}, {"client_id": f"{self._config.app_id}-admin"}))
+
+
+def check_clients(config: AppConfig) -> None:
+    """Build each client once, without connecting: aiokafka's constructors check what the YAML's
+    check cannot know (acks with idempotence, a compression codec, complete SASL settings)."""
+
+    async def build_each() -> None:
+        clients = Clients(config, "localhost")
+        transactional = (
+            {"transactional_id": "check", "transaction_timeout_ms": config.transaction_timeout_ms}
+            if config.guarantee is Guarantee.EXACTLY_ONCE
+            else {}
+        )
+        builds: list[tuple[str, str, Callable[[], Any]]] = [
+            ("kafka.client", "admin client", clients.admin),  # first: the options every client shares
+            ("kafka.consumer", "consumer", clients.consumer),
+            ("kafka.producer", "producer", lambda: clients.producer(**transactional)),
+        ]
+        for section, what, build in builds:
+            try:
+                client = build()
+            except (ValueError, TypeError) as error:
+                sections = section if section == "kafka.client" else f"kafka.client and {section}"
+                raise ConfigError(f"{sections}: aiokafka's {what} refuses them: {error}") from None
+            await (client.close() if isinstance(client, AIOKafkaAdminClient) else client.stop())
+
+    asyncio.run(build_each())
 
 
 async def start_with_retries(what: str, bootstrap: str, start: Callable[[], Awaitable[T]]) -> T:

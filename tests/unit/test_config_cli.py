@@ -300,6 +300,33 @@ CLIENT_CASES = [
         expected=(r"kafka\.consumer\.fetch_max_byte: ", r"kafka\.producer\.acks_all: "),
     ),
     Case(
+        "a value aiokafka's producer refuses",
+        set_kafka("producer", acks=2),
+        expected=(r"kafka\.client and kafka\.producer: aiokafka's producer refuses them: Invalid ACKS parameter",),
+    ),
+    Case(
+        "acks without idempotence",
+        set_kafka("producer", acks=1),
+        expected=(r"kafka\.producer: .*acks=1 not supported if enable_idempotence=True",),
+    ),
+    Case(
+        "an unknown compression codec",
+        set_kafka("producer", compression_type="brotli"),
+        expected=(r"kafka\.producer: aiokafka's producer refuses them: Invalid compression type",),
+    ),
+    Case(
+        "SASL without credentials",
+        set_kafka("client", security_protocol="SASL_PLAINTEXT"),
+        expected=(r"kafka\.client: aiokafka's admin client refuses them: sasl_plain_username and sasl_plain_password",),
+    ),
+    Case(
+        "max_poll_records that is not a number",
+        set_kafka("consumer", max_poll_records="many"),
+        expected=(
+            r"kafka\.client and kafka\.consumer: aiokafka's consumer refuses them: `max_poll_records` should be",
+        ),
+    ),
+    Case(
         "partitions beyond int32",
         set_topic("orders", partitions=2147483648),
         expected=(r"topics\.orders\.partitions: Input should be less than or equal to 10000",),

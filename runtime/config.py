@@ -346,8 +346,8 @@ class AppConfig(Strict):
 
     @property
     def group_id(self) -> str:
-        """The consumer group: the app id (`kafka.consumer` may not change it)."""
-        return self.app_id
+        """The consumer group: the app id unless `kafka.consumer.group_id` says otherwise."""
+        return str(self.kafka.consumer.get("group_id", self.app_id))
 
     def input_topics(self) -> list[str]:
         return sorted({topic for processor in self.processors for topic in processor.inputs})

@@ -29,7 +29,6 @@ _CONSTRUCTORS: dict[str, type] = {
 RUNTIME_CONTROLLED: dict[str, str] = {
     "bootstrap_servers": "set kafka.bootstrap_servers instead",
     "loop": "the runtime's event loop is used",
-    "group_id": "the consumer group is the app_id (exactly-once commits input offsets to it)",
     "enable_auto_commit": "offsets are committed by the runtime, when the guarantee allows",
     "isolation_level": "the runtime reads read_committed (changelogs and exactly-once rely on it)",
     "partition_assignment_strategy": "the runtime assigns by range, which keeps co-partitioned inputs together",

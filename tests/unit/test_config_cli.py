@@ -275,11 +275,6 @@ CLIENT_CASES = [
         expected=(r"kafka\.consumer\.session_timeout_ms: 2147483648 is outside 0\.\.2147483647",),
     ),
     Case(
-        "consumer group set by the runtime",
-        set_kafka("consumer", group_id="other"),
-        expected=(r"kafka\.consumer\.group_id: set by the runtime, not in the YAML: the consumer group is the app_id",),
-    ),
-    Case(
         "auto commit set by the runtime",
         set_kafka("consumer", enable_auto_commit=True),
         expected=(r"kafka\.consumer\.enable_auto_commit: set by the runtime",),

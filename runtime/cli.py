@@ -12,10 +12,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from runtime import redaction
 from runtime.config import AppConfig, ConfigError, load_app
 from runtime.devkafka import cli as devkafka_cli
 from runtime.devkafka.jars import DevKafkaError
-from runtime.kafka.connection import BrokerUnavailable, resolve_bootstrap
+from runtime.kafka.connection import AuthenticationRefused, BrokerUnavailable, check_clients, resolve_bootstrap
+from runtime.redaction import redact
 from runtime.telemetry import TelemetryError
 from runtime.worker.restarts import RestartPolicy
 from runtime.worker.supervisor import WORKER_INDEX, for_worker, run_workers
@@ -68,28 +70,33 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "dev-kafka":
         return devkafka_cli.main(argv[1:])
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    configure_logging(args.log_level)
     sys.path.insert(0, os.getcwd())
     try:
         config = load_app(args.app)
+        check_clients(config)
     except ConfigError as error:
-        print(f"error in {args.app}:\n{_indent(str(error))}", file=sys.stderr)
-        return EXIT_CONFIG
+        return _report(f"error in {args.app}:\n{_indent(str(error))}", EXIT_CONFIG)
     try:
         bootstrap = resolve_bootstrap(config)
     except DevKafkaError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return _report(f"error: {error}", EXIT_FAILED)
     if args.workers > 1:
         policy = RestartPolicy(max_restarts=args.max_restarts)
         return run_workers(args.workers, args.app, bootstrap, args.until_caught_up, args.log_level, policy)
     config = for_worker(config, int(os.environ.get(WORKER_INDEX, "0")))
     return run_worker(config, bootstrap, args.until_caught_up, args.app)
+
+
+def configure_logging(level: str) -> None:
+    """To stderr, with every record redacted: aiokafka's own messages may echo the bootstrap servers."""
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s",
+        stream=sys.stderr,
+    )
+    redaction.install(logging.getLogger().handlers)
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
 
 
 def tune_garbage_collector() -> None:
@@ -112,15 +119,18 @@ def run_worker(config: AppConfig, bootstrap: str, until_caught_up: bool, app_pat
     try:
         asyncio.run(serve())
     except ConfigError as error:
-        print(f"error in {app_path}:\n{_indent(str(error))}", file=sys.stderr)
-        return EXIT_CONFIG
+        return _report(f"error in {app_path}:\n{_indent(str(error))}", EXIT_CONFIG)
     except TelemetryError as error:
-        print(f"error in {app_path}:\n{_indent(f'telemetry: {error}')}", file=sys.stderr)
-        return EXIT_CONFIG
-    except (WorkerFailed, BrokerUnavailable) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return _report(f"error in {app_path}:\n{_indent(f'telemetry: {error}')}", EXIT_CONFIG)
+    except (WorkerFailed, BrokerUnavailable, AuthenticationRefused) as error:
+        return _report(f"error: {error}", EXIT_FAILED)
     return 0
+
+
+def _report(message: str, exit_code: int) -> int:
+    """Every error the command prints goes through the same redaction as the log."""
+    print(redact(message), file=sys.stderr)
+    return exit_code
 
 
 def _indent(text: str) -> str:

@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
-import os
 import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from processors.global_updater import GlobalStoreUpdater
 from processors.processor import Processor
 from processors.serdes import import_object, resolve_serde
+from runtime.kafka.options import INT32_MAX, option_problems
+from runtime.redaction import USERINFO, redact
+from runtime.substitution import UnsetVariable, expand_variables
 from runtime.telemetry.config import TelemetryConfig
+from runtime.yaml_loader import MAX_BYTES, UnsafeYaml, load_yaml
 
 TOPIC_NAME = r"^[a-zA-Z0-9._-]{1,249}$"
+NAME = r"^[a-zA-Z0-9_-]+$"  # processors and stores: they become parts of paths and topic names
+# Above any topic a cluster holds; Kafka's own limit is the int32 maximum.
+MAX_PARTITIONS = 10_000
+MAX_REPLICATION_FACTOR = 32_767  # an int16 in Kafka's protocol
+# The broker's default transaction.max.timeout.ms: a longer transaction timeout is refused by it.
+MAX_TRANSACTION_TIMEOUT_MS = 900_000
 
 
 class ConfigError(Exception):
@@ -40,12 +48,39 @@ class ErrorPolicy(StrEnum):
 
 
 class KafkaConfig(Strict):
-    """Connection. The option maps are passed to aiokafka as they are (SASL/SSL included)."""
+    """Connection. The option maps are passed to aiokafka, once checked against its clients' constructors."""
 
     bootstrap_servers: str | None = None
     client: dict[str, Any] = Field(default_factory=dict)
     consumer: dict[str, Any] = Field(default_factory=dict)
     producer: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _no_credentials(cls, servers: str | None) -> str | None:
+        if servers is not None and USERINFO.search(servers):
+            raise ValueError(
+                f"'{redact(servers)}' holds credentials; Kafka takes them from kafka.client "
+                "(security_protocol, sasl_mechanism, sasl_plain_username, sasl_plain_password)"
+            )
+        return servers
+
+    @model_validator(mode="after")
+    def _options_aiokafka_accepts(self) -> KafkaConfig:
+        sections = {"kafka.client": self.client, "kafka.consumer": self.consumer, "kafka.producer": self.producer}
+        problems = [problem for section, options in sections.items() for problem in option_problems(section, options)]
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+
+def _topic_name(name: str) -> str:
+    """Kafka's rules, and none of its internal topics (`__consumer_offsets`, `__transaction_state`)."""
+    if not re.match(TOPIC_NAME, name) or name in (".", ".."):
+        raise ValueError(f"'{name}' is not a valid Kafka topic name")
+    if name.startswith("__"):
+        raise ValueError(f"'{name}' starts with '__', which names Kafka's internal topics")
+    return name
 
 
 def _describe(error: Exception) -> str:
@@ -60,9 +95,17 @@ def _known_serde(name: str) -> str:
     return name
 
 
+def _derived_topic(path: str, what: str, name: str) -> None:
+    """A topic the runtime names after the app (changelogs, dead letters) must be valid too."""
+    try:
+        _topic_name(name)
+    except ValueError as error:
+        raise ValueError(f"{path}: the {what} topic {error}") from None
+
+
 class TopicConfig(Strict):
-    partitions: int = Field(default=1, ge=1)
-    replication_factor: int = Field(default=1, ge=1)
+    partitions: int = Field(default=1, ge=1, le=MAX_PARTITIONS)
+    replication_factor: int = Field(default=1, ge=1, le=MAX_REPLICATION_FACTOR)
     key_serde: str = "msgpack"
     value_serde: str = "msgpack"
     cleanup_policy: Literal["delete", "compact", "compact,delete"] = "delete"
@@ -108,7 +151,7 @@ class StoreConfig(Strict):
 class GlobalStoreConfig(Strict):
     """Reference data: the whole topic replicated into every worker, read before any record is processed."""
 
-    topic: str = Field(pattern=TOPIC_NAME)
+    topic: str
     backend: Literal["memory", "rocksdb"] = "rocksdb"
     key_serde: str = "msgpack"
     value_serde: str = "msgpack"
@@ -117,6 +160,7 @@ class GlobalStoreConfig(Strict):
     snapshots: SnapshotsConfig | None = None
 
     _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: _known_serde(name)))
+    _valid_topic = field_validator("topic")(classmethod(lambda cls, name: _topic_name(name)))
 
     @field_validator("updater")
     @classmethod
@@ -142,7 +186,7 @@ def _import_subclass(path: str, base: type, what: str) -> None:
 
 
 class ProcessorConfig(Strict):
-    name: str = Field(pattern=r"^[a-zA-Z0-9_-]+$")
+    name: str = Field(pattern=NAME)
     class_path: str = Field(alias="class")
     inputs: list[str] = Field(min_length=1)
     outputs: list[str] = Field(default_factory=list)
@@ -153,8 +197,10 @@ class ProcessorConfig(Strict):
     @classmethod
     def _store_names(cls, stores: dict[str, StoreConfig]) -> dict[str, StoreConfig]:
         for name in stores:
-            if not re.match(r"^[a-zA-Z0-9_-]+$", name):
+            if not re.match(NAME, name):
                 raise ValueError(f"store name '{name}' may only use letters, digits, '_' and '-'")
+            if name == "global":
+                raise ValueError("store name 'global' is reserved: global stores live in <state_dir>/<app_id>/global")
         return stores
 
     @field_validator("class_path")
@@ -184,7 +230,12 @@ class QueueConfig(Strict):
 class ErrorsConfig(Strict):
     deserialization: ErrorPolicy = ErrorPolicy.FAIL
     processing: ErrorPolicy = ErrorPolicy.FAIL
-    dead_letter_topic: str | None = Field(default=None, pattern=TOPIC_NAME)
+    dead_letter_topic: str | None = None
+
+    @field_validator("dead_letter_topic")
+    @classmethod
+    def _valid_topic(cls, name: str | None) -> str | None:
+        return None if name is None else _topic_name(name)
 
 
 class AppConfig(Strict):
@@ -194,7 +245,7 @@ class AppConfig(Strict):
     processors: list[ProcessorConfig] = Field(min_length=1)
     global_stores: dict[str, GlobalStoreConfig] = Field(default_factory=dict)
     guarantee: Guarantee = Guarantee.AT_LEAST_ONCE
-    commit_interval_ms: int | None = Field(default=None, ge=1)
+    commit_interval_ms: int | None = Field(default=None, ge=1, le=INT32_MAX)
     transaction_timeout_ms: int = Field(default=10_000, ge=1000)
     queue: QueueConfig = Field(default_factory=QueueConfig)
     errors: ErrorsConfig = Field(default_factory=ErrorsConfig)
@@ -204,12 +255,31 @@ class AppConfig(Strict):
     snapshots: SnapshotsConfig | None = None
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 
+    @field_validator("app_id")
+    @classmethod
+    def _app_id_stays_inside(cls, app_id: str) -> str:
+        """It names a directory under state_dir and prefixes internal topics."""
+        if app_id in (".", ".."):
+            raise ValueError(f"'{app_id}' would put the app's stores outside state_dir")
+        if app_id.startswith("__"):
+            raise ValueError(f"'{app_id}' starts with '__': its topics would look like Kafka's internal topics")
+        return app_id
+
+    @field_validator("transaction_timeout_ms")
+    @classmethod
+    def _broker_accepts(cls, timeout_ms: int) -> int:
+        if timeout_ms > MAX_TRANSACTION_TIMEOUT_MS:
+            raise ValueError(
+                f"{timeout_ms} is above {MAX_TRANSACTION_TIMEOUT_MS}, the broker's default "
+                "transaction.max.timeout.ms: it would refuse every transaction"
+            )
+        return timeout_ms
+
     @field_validator("topics")
     @classmethod
     def _topic_names(cls, topics: dict[str, TopicConfig]) -> dict[str, TopicConfig]:
         for name in topics:
-            if not re.match(TOPIC_NAME, name):
-                raise ValueError(f"'{name}' is not a valid Kafka topic name")
+            _topic_name(name)
         return topics
 
     @model_validator(mode="after")
@@ -232,20 +302,23 @@ class AppConfig(Strict):
                 )
         store_owners: dict[str, str] = {}
         for index, processor in enumerate(self.processors):
-            for store in processor.stores:
+            for store, spec in processor.stores.items():
                 if store in store_owners:
                     raise ValueError(
                         f"processors[{index}].stores.{store}: the name is already used by processor "
                         f"'{store_owners[store]}' (store names are app-wide: they name changelog topics)"
                     )
                 store_owners[store] = processor.name
+                if spec.changelog:
+                    _derived_topic(f"processors[{index}].stores.{store}", "changelog", self.changelog_topic(store))
         for name in self.global_stores:
-            if not re.match(r"^[a-zA-Z0-9_-]+$", name):
+            if not re.match(NAME, name):
                 raise ValueError(f"global_stores.{name}: the name may only use letters, digits, '_' and '-'")
         needs_dead_letters = ErrorPolicy.DEAD_LETTER in (self.errors.deserialization, self.errors.processing) or any(
             spec.errors == "dead_letter" for spec in self.global_stores.values()
         )
         if needs_dead_letters and self.dead_letter_topic not in self.topics:
+            _derived_topic("app_id", "dead-letter", self.dead_letter_topic)
             # The dead-letter topic always exists as bytes, whatever the app's serdes are.
             self.topics[self.dead_letter_topic] = TopicConfig(key_serde="bytes", value_serde="bytes")
         return self
@@ -280,29 +353,6 @@ class AppConfig(Strict):
         return sorted({topic for processor in self.processors for topic in processor.inputs})
 
 
-ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def _expand_env(node: Any, path: str) -> Any:
-    """Replace `${NAME}` / `${NAME:-default}` in strings, so secrets can stay out of the file."""
-    if isinstance(node, dict):
-        # Keys become strings: `123:` under topics is the topic "123", not an integer.
-        return {str(key): _expand_env(value, f"{path}.{key}" if path else str(key)) for key, value in node.items()}
-    if isinstance(node, list):
-        return [_expand_env(value, f"{path}[{index}]") for index, value in enumerate(node)]
-    if isinstance(node, str):
-
-        def substitute(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            value = os.environ.get(name, default)
-            if value is None:
-                raise ConfigError(f"{path}: environment variable {name} is not set")
-            return value
-
-        return ENV_REFERENCE.sub(substitute, node)
-    return node
-
-
 def _location(loc: tuple[int | str, ...]) -> str:
     text = ""
     for part in loc:
@@ -318,7 +368,7 @@ def format_validation_error(error: ValidationError) -> str:
     for problem in error.errors():
         message = problem["msg"].removeprefix("Value error, ")
         location = _location(tuple(problem["loc"]))
-        if message.startswith(("processors[", "topics.", "global_stores.")):
+        if message.startswith(("processors[", "topics.", "global_stores.", "kafka.", "app_id:")):
             lines.append(message)  # a cross-field check that already names its path
         else:
             lines.append(f"{location}: {message}")
@@ -326,21 +376,25 @@ def format_validation_error(error: ValidationError) -> str:
 
 
 def parse_app(data: Any) -> AppConfig:
+    """The app from the loaded YAML; every ConfigError message is already redacted."""
     if not isinstance(data, dict):
         raise ConfigError("(top level): expected a mapping with app_id, topics and processors")
     try:
-        return AppConfig.model_validate(_expand_env(data, ""))
+        return AppConfig.model_validate(expand_variables(data))
     except ValidationError as error:
-        raise ConfigError(format_validation_error(error)) from None
+        raise ConfigError(redact(format_validation_error(error))) from None
+    except UnsetVariable as error:
+        raise ConfigError(str(error)) from None
 
 
 def load_app(path: Path) -> AppConfig:
     try:
-        text = path.read_text()
+        with path.open("rb") as file:
+            data = file.read(MAX_BYTES + 1)  # a larger file is refused without reading it all
     except OSError as error:
         raise ConfigError(f"cannot read {path}: {error.strerror}") from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path} is not valid YAML: {error}") from None
-    return parse_app(data)
+        document = load_yaml(data)
+    except UnsafeYaml as error:
+        raise ConfigError(redact(f"{path} {error}")) from None
+    return parse_app(document)

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.errors import (
+    AuthenticationFailedError,
+    AuthenticationMethodNotSupported,
+    IllegalSaslStateError,
+    KafkaConnectionError,
+    KafkaError,
+    SaslAuthenticationFailed,
+    UnsupportedSaslMechanismError,
+)
 
-from runtime.config import AppConfig
+from runtime.config import AppConfig, ConfigError, Guarantee
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +31,50 @@ START_ATTEMPTS = 6
 
 
 class BrokerUnavailable(RuntimeError):
-    pass
+    """Kafka could not be reached for as long as the retries last."""
+
+
+class AuthenticationRefused(RuntimeError):
+    """Kafka answered, but refused the client's security handshake: retrying cannot help."""
+
+
+# What each refusal means for the app's kafka.client settings.
+AUTHENTICATION_HINTS: dict[type[KafkaError], str] = {
+    IllegalSaslStateError: "the listener does not expect SASL: is it PLAINTEXT or SSL while "
+    "kafka.client.security_protocol is SASL_PLAINTEXT or SASL_SSL?",
+    UnsupportedSaslMechanismError: "the listener does not enable kafka.client.sasl_mechanism",
+    SaslAuthenticationFailed: "check kafka.client.sasl_plain_username and sasl_plain_password",
+    AuthenticationFailedError: "check kafka.client.sasl_plain_username and sasl_plain_password",
+    AuthenticationMethodNotSupported: "the listener does not enable kafka.client.sasl_mechanism",
+}
+
+
+def _hint(refusal: KafkaError) -> str:
+    return next(hint for kind, hint in AUTHENTICATION_HINTS.items() if isinstance(refusal, kind))
+
+
+class _ConnectFailures(logging.Handler):
+    """aiokafka logs why a bootstrap connection failed and raises a bare "Unable to bootstrap":
+    the cause is only in its log record, so it is taken from there."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.refusals: list[KafkaError] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        self.refusals += [arg for arg in args if isinstance(arg, tuple(AUTHENTICATION_HINTS))]
+
+
+@contextlib.contextmanager
+def _refusals_logged() -> Iterator[list[KafkaError]]:
+    handler = _ConnectFailures()
+    client_log = logging.getLogger("aiokafka")
+    client_log.addHandler(handler)
+    try:
+        yield handler.refusals
+    finally:
+        client_log.removeHandler(handler)
 
 
 def resolve_bootstrap(config: AppConfig) -> str:
@@ -89,13 +141,47 @@ class Clients:
         return AIOKafkaAdminClient(**self._options({}, {"client_id": f"{self._config.app_id}-admin"}))
 
 
+def check_clients(config: AppConfig) -> None:
+    """Build each client once, without connecting: aiokafka's constructors check what the YAML's
+    check cannot know (acks with idempotence, a compression codec, complete SASL settings)."""
+
+    async def build_each() -> None:
+        clients = Clients(config, "localhost")
+        transactional = (
+            {"transactional_id": "check", "transaction_timeout_ms": config.transaction_timeout_ms}
+            if config.guarantee is Guarantee.EXACTLY_ONCE
+            else {}
+        )
+        builds: list[tuple[str, str, Callable[[], Any]]] = [
+            ("kafka.client", "admin client", clients.admin),  # first: the options every client shares
+            ("kafka.consumer", "consumer", clients.consumer),
+            ("kafka.producer", "producer", lambda: clients.producer(**transactional)),
+        ]
+        for section, what, build in builds:
+            try:
+                client = build()
+            except (ValueError, TypeError) as error:
+                sections = section if section == "kafka.client" else f"kafka.client and {section}"
+                raise ConfigError(f"{sections}: aiokafka's {what} refuses them: {error}") from None
+            await (client.close() if isinstance(client, AIOKafkaAdminClient) else client.stop())
+
+    asyncio.run(build_each())
+
+
 async def start_with_retries(what: str, bootstrap: str, start: Callable[[], Awaitable[T]]) -> T:
-    """Bounded retries with backoff while the broker is unreachable, then a clear error."""
+    """Bounded retries with backoff while the broker is unreachable, then a clear error; a refused
+    authentication or security protocol is reported at once as what it is."""
     delay = 0.5
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
-            return await start()
+            with _refusals_logged() as refusals:
+                return await start()
         except (KafkaConnectionError, KafkaError, OSError) as error:
+            refusal = error if isinstance(error, tuple(AUTHENTICATION_HINTS)) else next(iter(refusals), None)
+            if refusal is not None:
+                raise AuthenticationRefused(
+                    f"Kafka at {bootstrap} refused the {what}'s authentication ({refusal}): {_hint(refusal)}"
+                ) from error
             if attempt == START_ATTEMPTS:
                 raise BrokerUnavailable(
                     f"cannot reach Kafka at {bootstrap} for the {what} after {attempt} attempts: {error!r}"

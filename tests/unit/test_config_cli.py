@@ -233,6 +233,186 @@ CASES = [
 ]
 
 
+def set_kafka(section: str, **options: Any) -> Edit:
+    return lambda app: app["kafka"].setdefault(section, {}).update(options)
+
+
+# Option maps are checked against aiokafka's constructors; numbers against what Kafka accepts.
+CLIENT_CASES = [
+    Case(
+        "misspelt consumer option",
+        set_kafka("consumer", fetch_max_byte=1024),
+        expected=(
+            r"kafka\.consumer\.fetch_max_byte: not an option of aiokafka's consumer \(did you mean fetch_max_bytes\?\)",
+        ),
+    ),
+    Case(
+        "producer option under client",
+        set_kafka("client", linger_ms=5),
+        expected=(
+            r"kafka\.client\.linger_ms: not an option of every aiokafka client \(an option of the producer: set "
+            r"it under kafka\.producer\)",
+        ),
+    ),
+    Case(
+        "option of no client",
+        set_kafka("producer", colour="blue"),
+        expected=(r"(?m)kafka\.producer\.colour: not an option of aiokafka's producer$",),
+    ),
+    Case(
+        "string where the client takes an integer",
+        set_kafka("producer", linger_ms="5"),
+        expected=(r"kafka\.producer\.linger_ms: expected an integer, got a string",),
+    ),
+    Case(
+        "integer where the client takes true or false",
+        set_kafka("consumer", check_crcs=1),
+        expected=(r"kafka\.consumer\.check_crcs: expected true or false, got an integer",),
+    ),
+    Case(
+        "client number beyond Kafka's 32 bits",
+        set_kafka("consumer", session_timeout_ms=2**31),
+        expected=(r"kafka\.consumer\.session_timeout_ms: 2147483648 is outside 0\.\.2147483647",),
+    ),
+    Case(
+        "auto commit set by the runtime",
+        set_kafka("consumer", enable_auto_commit=True),
+        expected=(r"kafka\.consumer\.enable_auto_commit: set by the runtime",),
+    ),
+    Case(
+        "transactional id set by the runtime",
+        set_kafka("producer", transactional_id="mine"),
+        expected=(r"kafka\.producer\.transactional_id: set by the runtime, .*set guarantee",),
+    ),
+    Case(
+        "an option YAML cannot express",
+        set_kafka("client", ssl_context="default"),
+        expected=(r"kafka\.client\.ssl_context: takes an ssl\.SSLContext, which YAML cannot express",),
+    ),
+    Case(
+        "every bad option at once",
+        both(set_kafka("consumer", fetch_max_byte=1), set_kafka("producer", acks_all=True)),
+        expected=(r"kafka\.consumer\.fetch_max_byte: ", r"kafka\.producer\.acks_all: "),
+    ),
+    Case(
+        "a value aiokafka's producer refuses",
+        set_kafka("producer", acks=2),
+        expected=(r"kafka\.client and kafka\.producer: aiokafka's producer refuses them: Invalid ACKS parameter",),
+    ),
+    Case(
+        "acks without idempotence",
+        set_kafka("producer", acks=1),
+        expected=(r"kafka\.producer: .*acks=1 not supported if enable_idempotence=True",),
+    ),
+    Case(
+        "an unknown compression codec",
+        set_kafka("producer", compression_type="brotli"),
+        expected=(r"kafka\.producer: aiokafka's producer refuses them: Invalid compression type",),
+    ),
+    Case(
+        "SASL without credentials",
+        set_kafka("client", security_protocol="SASL_PLAINTEXT"),
+        expected=(r"kafka\.client: aiokafka's admin client refuses them: sasl_plain_username and sasl_plain_password",),
+    ),
+    Case(
+        "max_poll_records that is not a number",
+        set_kafka("consumer", max_poll_records="many"),
+        expected=(
+            r"kafka\.client and kafka\.consumer: aiokafka's consumer refuses them: `max_poll_records` should be",
+        ),
+    ),
+    Case(
+        "partitions beyond int32",
+        set_topic("orders", partitions=2147483648),
+        expected=(r"topics\.orders\.partitions: Input should be less than or equal to 10000",),
+    ),
+    Case(
+        "replication factor beyond int16",
+        set_topic("out", replication_factor=40000),
+        expected=(r"topics\.out\.replication_factor: Input should be less than or equal to 32767",),
+    ),
+    Case(
+        "transaction timeout above the broker's maximum",
+        set_top(guarantee="exactly_once", transaction_timeout_ms=900001),
+        expected=(
+            r"transaction_timeout_ms: 900001 is above 900000, the broker's default transaction\.max\.timeout\.ms",
+        ),
+    ),
+    Case(
+        "commit interval beyond Kafka's 32 bits",
+        set_top(commit_interval_ms=2**31),
+        expected=(r"commit_interval_ms: Input should be less than or equal to 2147483647",),
+    ),
+]
+
+# Names that become paths under state_dir or topic names.
+NAME_CASES = [
+    Case(
+        "app_id '..'", set_top(app_id=".."), expected=(r"app_id: '\.\.' would put the app's stores outside state_dir",)
+    ),
+    Case("app_id '.'", set_top(app_id="."), expected=(r"app_id: '\.' would put the app's stores outside state_dir",)),
+    Case("app_id like an internal topic", set_top(app_id="__app"), expected=(r"app_id: '__app' starts with '__'",)),
+    Case(
+        "internal topic as an output",
+        both(set_topic("__consumer_offsets", partitions=50), set_processor(outputs=["__consumer_offsets"])),
+        expected=(r"topics: '__consumer_offsets' starts with '__', which names Kafka's internal topics",),
+    ),
+    Case(
+        "internal topic as an input",
+        both(set_topic("__transaction_state"), set_processor(inputs=["__transaction_state"])),
+        expected=(r"topics: '__transaction_state' starts with '__'",),
+    ),
+    Case(
+        "internal topic for dead letters",
+        set_top(errors={"processing": "dead_letter", "dead_letter_topic": "__consumer_offsets"}),
+        expected=(r"errors\.dead_letter_topic: '__consumer_offsets' starts with '__'",),
+    ),
+    Case(
+        "internal topic for a global store",
+        set_top(global_stores={"offsets": {"topic": "__consumer_offsets"}}),
+        expected=(r"global_stores\.offsets\.topic: '__consumer_offsets' starts with '__'",),
+    ),
+    Case(
+        "topic named '..'", set_topic("..", partitions=1), expected=(r"topics: '\.\.' is not a valid Kafka topic name",)
+    ),
+    Case(
+        "store named like the global stores' directory",
+        set_processor(stores={"global": {}}),
+        expected=(r"processors\[0\]\.stores: store name 'global' is reserved",),
+    ),
+    Case(
+        "changelog topic name too long",
+        both(set_top(app_id="a" * 240), set_processor(stores={"totals": {}})),
+        expected=(r"processors\[0\]\.stores\.totals: the changelog topic 'a{240}-totals-changelog' is not a valid",),
+    ),
+]
+
+# Credentials never reach a message, whichever way they were written.
+SECRET = "hunter2-swordfish"
+SECRET_CASES = [
+    Case(
+        "credentials in the bootstrap servers",
+        set_top(kafka={"bootstrap_servers": f"payments:{SECRET}@{UNREACHABLE}"}),
+        expected=(r"kafka\.bootstrap_servers: '\*\*\*@127\.0\.0\.1:1' holds credentials",),
+    ),
+    Case(
+        "credentials in a snapshot URL",
+        set_top(snapshots={"location": f"s3://AKIAEXAMPLE:{SECRET}@bucket/snapshots"}),
+        expected=(r"snapshots\.location: 's3://\*\*\*@bucket/snapshots' is a URL",),
+    ),
+    Case(
+        "a password option that is echoed",
+        both(set_kafka("client", sasl_plain_password=SECRET), set_top(snapshots={"location": f"s3://b/{SECRET}"})),
+        expected=(r"snapshots\.location: 's3://b/\*\*\*' is a URL",),
+    ),
+    Case(
+        "a substituted variable that is echoed",
+        set_top(snapshots={"location": "${SNAPSHOT_URL}"}),
+        expected=(r"snapshots\.location: '\*\*\*' is a URL",),
+    ),
+]
+
+
 @pytest.fixture(scope="module")
 def guard_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return install_network_guard(tmp_path_factory.mktemp("network-guard"))
@@ -255,7 +435,7 @@ def test_the_valid_app_is_valid_and_the_guard_stops_its_first_connection(guard_d
     assert GUARD_MARKER in result.stderr
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+@pytest.mark.parametrize("case", CASES + CLIENT_CASES + NAME_CASES, ids=lambda case: case.id)
 def test_config_error_is_reported_before_connecting(case: Case, guard_dir: Path, tmp_path: Path) -> None:
     path = tmp_path / "app.yaml"
     if case.text is not None:
@@ -267,6 +447,20 @@ def test_config_error_is_reported_before_connecting(case: Case, guard_dir: Path,
         write_yaml(path, app)
     result = run_cli(path, guard_dir)
     assert_config_error(result.stderr, result.returncode, path, case.expected)
+
+
+@pytest.mark.parametrize("case", SECRET_CASES, ids=lambda case: case.id)
+def test_secrets_are_redacted_from_config_errors(
+    case: Case, guard_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SNAPSHOT_URL", f"s3://bucket/{SECRET}")
+    app = copy.deepcopy(VALID)
+    assert case.edit is not None
+    case.edit(app)
+    path = write_yaml(tmp_path / "app.yaml", app)
+    result = run_cli(path, guard_dir)
+    assert_config_error(result.stderr, result.returncode, path, case.expected)
+    assert SECRET not in result.stderr
 
 
 def test_missing_file(guard_dir: Path, tmp_path: Path) -> None:

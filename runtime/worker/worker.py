@@ -21,6 +21,7 @@ from runtime.guarantees.transactions import ExactlyOnce
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.outputs import Outputs
 from runtime.kafka.topics import ensure_topics
+from runtime.kafka.unparseable import getmany
 from runtime.state.restore import ChangelogRestorer
 from runtime.state.task_state import TaskState
 from runtime.task.failures import FailureHandler, RecordFailed, Stage
@@ -253,7 +254,7 @@ class Worker:
         consumer, backpressure = self._consumer, self._backpressure
         last_check = 0.0
         while not self._stop_requested.is_set() and self._failure is None:
-            batches = await consumer.getmany(timeout_ms=POLL_TIMEOUT_MS)
+            batches = await getmany(consumer, POLL_TIMEOUT_MS)
             for tp, records in batches.items():
                 self.counters.consumed += len(records)
                 for task in self._subscribers.get(tp, ()):

@@ -11,6 +11,7 @@ from runtime.config import ErrorPolicy
 from runtime.counters import Counters
 from runtime.errors import StopAfterCommit
 from runtime.kafka.outputs import Outputs
+from runtime.kafka.unparseable import UnparseableRecordError
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,8 @@ class FailureHandler:
             self._counters.skipped += 1
             log.warning("skipped record %s (%s failed in '%s'): %r", where, stage, processor, error)
             return
+        if isinstance(error, UnparseableRecordError):
+            raw = error.recovered  # the record as fetched cannot be read: this is what its bytes still hold
         outputs.append(
             self._dead_letter_topic,
             raw.key,

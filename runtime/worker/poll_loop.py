@@ -8,6 +8,7 @@ from __future__ import annotations
 from aiokafka import AIOKafkaConsumer
 
 from runtime.counters import Counters
+from runtime.kafka.unparseable import getmany
 from runtime.worker.assignment import Assignment
 from runtime.worker.backpressure import Backpressure
 from runtime.worker.bounded_run import BoundedRun
@@ -27,7 +28,7 @@ async def poll(
     """Until the worker stops, or a bounded run has processed every record present at its start."""
     subscribers = assignment.subscribers
     while not outcome.stopping:
-        batches = await consumer.getmany(timeout_ms=POLL_TIMEOUT_MS)
+        batches = await getmany(consumer, POLL_TIMEOUT_MS)
         for tp, records in batches.items():
             counters.consumed += len(records)
             for task in subscribers.get(tp, ()):

@@ -1,0 +1,189 @@
+"""Records the Kafka client cannot parse take their place among their partition's records, for the
+deserialization policy to handle; the records around them are delivered as usual.
+
+aiokafka parses a partition's fetched records lazily, inside `getmany()`. At a record it cannot parse,
+the error escapes `getmany()`: a header key that is not UTF-8 raises UnicodeDecodeError from the Cython
+parser (CorruptRecordException from the pure-Python one), a failed checksum or a broken structure
+raises CorruptRecordException. The records that call had already parsed, of that partition and of the
+partitions drained before it, are lost with it, and every fetch of the partition fails the same way.
+
+So `getmany` here changes the class of each fetched partition's record iterator (aiokafka's
+PartitionRecords) to a subclass whose `__next__` is the same but ends the partition's records at a
+parse error instead of raising, and notes where. That happens once per fetched partition, when the
+fetcher stores its result in the dict it keeps results in (replaced by one that does it); each record
+still goes through aiokafka's own code, the Cython parser's or the pure-Python one's, and costs what it
+did. After `getmany()` returned, the batch holding the offset each noted partition stopped at is
+fetched again, raw, and read by `record_batches`, which delimits every record it can: the valid ones
+are appended as ConsumerRecords, each record the client cannot parse as an `UnparseableRecord`, and
+the consumer is moved past the batch. The task meets an UnparseableRecord as any record: reading its
+key raises UnparseableRecordError, and the deserialization policy fails, skips or dead-letters it in
+order and under the task's guarantee (in its transaction under exactly-once). Nothing of the batch is
+lost, and no record stops its partition for good.
+
+This reaches into aiokafka 0.14's consumer (`_fetcher._records`, PartitionRecords, `_client`), which is
+why the project pins aiokafka below 0.15.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
+from aiokafka.errors import CorruptRecordException, KafkaError
+from aiokafka.protocol.fetch import FetchRequest
+
+from runtime.kafka.record_batches import RawBatch, RawRecord, read_batch, split_batches
+
+log = logging.getLogger(__name__)
+
+PARSE_ERRORS = (CorruptRecordException, UnicodeDecodeError)
+FETCH_BYTES = 1 << 20  # a broker sends the first batch whole even when it is larger (KIP-74)
+READ_UNCOMMITTED = 0  # the batch is one the consumer fetched: only its bytes are wanted
+
+Stop = tuple[TopicPartition, int, Exception]
+
+
+class UnparseableRecordError(Exception):
+    """The Kafka client cannot parse a record. `recovered` is what its bytes still hold, for a dead
+    letter: its key, value and headers, a header key that is not UTF-8 with its bytes escaped (`\\xff`)."""
+
+    def __init__(self, message: str, recovered: ConsumerRecord[bytes, bytes]):
+        super().__init__(message)
+        self.recovered = recovered
+
+
+class UnparseableRecord:
+    """Stands where the record is among its partition's records: reading its key (or value) raises
+    UnparseableRecordError, so the task applies the deserialization policy to it."""
+
+    __slots__ = ("_message", "_recovered", "offset", "partition", "timestamp", "timestamp_type", "topic")
+    headers = ()  # read before the key, for trace context: there is none to trust
+
+    def __init__(self, message: str, recovered: ConsumerRecord[bytes, bytes]):
+        self.topic = recovered.topic
+        self.partition = recovered.partition
+        self.offset = recovered.offset
+        self.timestamp = recovered.timestamp
+        self.timestamp_type = recovered.timestamp_type
+        self._message = message
+        self._recovered = recovered
+
+    @property
+    def key(self) -> bytes:
+        raise UnparseableRecordError(self._message, self._recovered)
+
+    @property
+    def value(self) -> bytes:
+        raise UnparseableRecordError(self._message, self._recovered)
+
+    def __repr__(self) -> str:
+        return f"UnparseableRecord({self.topic}[{self.partition}]@{self.offset}: {self._message})"
+
+
+async def getmany(consumer: AIOKafkaConsumer, timeout_ms: int) -> dict[TopicPartition, list[Any]]:
+    """`consumer.getmany(timeout_ms=timeout_ms)`, a record the client cannot parse in its place as an
+    UnparseableRecord, and every record around it delivered."""
+    fetcher = consumer._fetcher
+    results = fetcher._records
+    if results.__class__ is not _StoppingResults:
+        results = fetcher._records = _StoppingResults(results)
+    batches: dict[TopicPartition, list[Any]] = await consumer.getmany(timeout_ms=timeout_ms)
+    while results.stops:
+        tp, offset, error = results.stops.pop(0)
+        await _read_past(consumer, tp, offset, error, batches)
+    return batches
+
+
+class _StoppingRecords(PartitionRecords):  # type: ignore[misc]
+    """aiokafka's iterator over a fetched partition's records, ended by a record it cannot parse."""
+
+    stops: list[Stop]
+    _records_iterator: Any
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._records_iterator)
+        except StopIteration:
+            self._records_iterator = None
+            raise
+        except PARSE_ERRORS as error:
+            self._records_iterator = None
+            self.stops.append((self._tp, self.next_fetch_offset, error))
+            raise StopIteration from None
+
+
+class _StoppingResults(OrderedDict[TopicPartition, Any]):
+    """The fetcher's results by partition, each partition's records made to stop at a parse error."""
+
+    def __init__(self, results: OrderedDict[TopicPartition, Any]):
+        super().__init__()
+        self.stops: list[Stop] = []
+        for tp, result in results.items():
+            self[tp] = result
+
+    def __setitem__(self, tp: TopicPartition, result: Any) -> None:
+        if result.__class__ is FetchResult and result._partition_records is not None:  # errors pass as they are
+            records = result._partition_records
+            records.__class__ = _StoppingRecords
+            records.stops = self.stops
+        super().__setitem__(tp, result)
+
+
+async def _read_past(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int, error: Exception, batches: dict[TopicPartition, Any]
+) -> None:
+    """Appends the records of the batch at `offset` from there on, read record by record, and moves past it."""
+    log.warning("the Kafka client cannot parse a record of %s[%d] at or after offset %d (%r): "
+                "reading that batch record by record", tp.topic, tp.partition, offset, error)  # fmt: skip
+    try:
+        batch = await _fetch_batch(consumer, tp, offset)
+    except KafkaError as fetch_error:
+        log.warning("fetching %s[%d] at %d again failed (%r): retrying", tp.topic, tp.partition, offset, fetch_error)
+        batch = None
+    if tp not in consumer.assignment() or await consumer.position(tp) != offset:
+        return  # revoked or sought elsewhere meanwhile: whoever reads it next meets the record again
+    if batch is None:
+        consumer.seek(tp, offset)  # fetched again, and met again, at the next poll
+        return
+    records = [_record(tp, raw) for raw in read_batch(batch) if raw.offset >= offset]
+    if records:
+        batches.setdefault(tp, []).extend(records)
+    consumer.seek(tp, batch.next_offset)
+
+
+async def _fetch_batch(consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int) -> RawBatch | None:
+    client = consumer._client
+    leader = client.cluster.leader_for_partition(tp)
+    if leader is None or leader < 0:
+        return None
+    request = FetchRequest(
+        max_wait_time=0, min_bytes=1, max_bytes=FETCH_BYTES, isolation_level=READ_UNCOMMITTED,
+        topics=[(tp.topic, [(tp.partition, offset, FETCH_BYTES)])],
+    )  # fmt: skip
+    response = await client.send(leader, request)
+    for _topic, partitions in response.topics:
+        for _partition, error_code, _highwater, *data in partitions:
+            if error_code != 0:
+                log.warning("fetching %s[%d] at %d again: error code %d", tp.topic, tp.partition, offset, error_code)
+                return None
+            for batch in split_batches(data[-1] or b""):
+                if batch.next_offset > offset:
+                    return batch
+    return None
+
+
+def _record(tp: TopicPartition, raw: RawRecord) -> Any:
+    key_size = -1 if raw.key is None else len(raw.key)
+    value_size = -1 if raw.value is None else len(raw.value)
+    errors = "strict" if raw.problem is None else "backslashreplace"
+    headers = tuple((key.decode(errors=errors), value) for key, value in raw.headers)
+    record: ConsumerRecord[bytes, bytes] = ConsumerRecord(
+        tp.topic, tp.partition, raw.offset, raw.timestamp, raw.timestamp_type, raw.key, raw.value, None,
+        key_size, value_size, headers,
+    )  # fmt: skip
+    if raw.problem is None:
+        return record
+    return UnparseableRecord(f"the Kafka client cannot parse this record: {raw.problem}", record)

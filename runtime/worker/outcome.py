@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from runtime.errors import EngineError, StopAfterCommit
+from stores import StoreError
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ class Outcome:
 
     def fail(self, error: BaseException, what: str = "the worker") -> None:
         """Record a failure and stop; later failures are logged only, as they usually follow from it."""
-        if not isinstance(error, EngineError):  # an engine error's message says it all; others need a trace
+        if not isinstance(error, EngineError | StoreError):  # their messages say it all; others need a trace
             log.error("%s failed", what, exc_info=error)
         if self.failure is None:
             self.failure = error

@@ -163,11 +163,11 @@ class Task:
 
     async def run(self) -> None:
         """Initialise the processor, then process batches and punctuations until asked to stop."""
-        self.phase = TaskPhase.RUNNING
         try:
             await settle(self._processor.init(self._context))
         except Exception as error:
             raise self._lifecycle_failed("init", error) from error
+        self.phase = TaskPhase.RUNNING  # from here on, it takes part in commits and is closed
         try:
             while not self._stopping:
                 await self._wait_for_work()

@@ -20,6 +20,8 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ", re.MULTILINE)
+# The runtime's log format: date, time, level, logger, [pid], message. Loggers are named after modules, which move.
+LOG_MESSAGE = re.compile(r"^\S+ \S+ \S+ \S+ \[\d+\] (.*)")
 RATE_IN_LOG = re.compile(r"([0-9][0-9,_]*(?:\.[0-9]+)?)\s*(?:records|recs|msgs?)\s*/\s*s", re.IGNORECASE)
 
 
@@ -38,9 +40,10 @@ class AppSpec:
     extra: dict[str, Any] = field(default_factory=dict)
     processor_name: str = "transform"
     stores: dict[str, Any] = field(default_factory=dict)
+    value_serde: str = "msgpack"
 
     def to_yaml(self) -> dict[str, Any]:
-        topic = {"partitions": self.partitions, "key_serde": "str", "value_serde": "msgpack"}
+        topic = {"partitions": self.partitions, "key_serde": "str", "value_serde": self.value_serde}
         processor: dict[str, Any] = {
             "name": self.processor_name,
             "class": self.processor_class,
@@ -68,22 +71,21 @@ class AppSpec:
 class RuntimeProcess:
     """`python -m runtime app.yaml [args]` with its output captured in a log file next to the YAML."""
 
-    def __init__(self, app_yaml: Path, *args: str, profile: bool = False) -> None:
-        """With `profile`, the runtime runs under cProfile, which writes `profile_path` (`.prof` next to the log)."""
+    def __init__(self, app_yaml: Path, *args: str, profile: bool = False, tree: Path = REPO_ROOT) -> None:
+        """With `profile`, the runtime runs under cProfile, which writes `profile_path` (`.prof` next to the log).
+
+        `tree` is the source tree whose runtime runs (another commit exported, to compare with it).
+        """
         self.log_path = app_yaml.with_suffix(".log")
         self.profile_path = app_yaml.with_suffix(".prof") if profile else None
-        env = {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-        }
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": python_path(tree)}
         profiler = ["-m", "cProfile", "-o", str(self.profile_path)] if self.profile_path else []
         command = [sys.executable, *profiler, "-m", "runtime", str(app_yaml), *args]
         self.started = time.perf_counter()
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 command,
-                cwd=REPO_ROOT,
+                cwd=tree,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -155,12 +157,17 @@ class RuntimeProcess:
                 yield datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f"), line
 
     def logged_span(self, first: str, last: str) -> float | None:
-        """Seconds between the first log line containing `first` and the last one containing `last`."""
+        """Seconds between the first log message starting with `first` and the last one starting with `last`.
+
+        Only the messages count, not the logger names, so that commits whose modules differ compare.
+        """
         times: dict[str, datetime] = {}
         for when, line in self.timed_lines():
-            if first in line and first not in times:
+            found = LOG_MESSAGE.match(line)
+            message = found.group(1) if found is not None else ""
+            if message.startswith(first) and first not in times:
                 times[first] = when
-            if last in line:
+            if message.startswith(last):
                 times[last] = when
         if first not in times or last not in times:
             return None
@@ -172,6 +179,12 @@ class RuntimeProcess:
         if not found:
             return None
         return float(found[-1].replace(",", "").replace("_", ""))
+
+
+def python_path(tree: Path) -> str:
+    """`tree`, then the inherited PYTHONPATH but this repository: another tree lacks none of its modules."""
+    inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    return os.pathsep.join([str(tree), *(entry for entry in inherited if Path(entry).resolve() != REPO_ROOT)])
 
 
 def tree_rss(pid: int) -> int:

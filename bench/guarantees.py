@@ -34,10 +34,20 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def spec(bootstrap: str, topic: str, partitions: int, guarantee: str, stateful: bool, state_dir: Path) -> AppSpec:
+def spec(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    guarantee: str,
+    stateful: bool,
+    state_dir: Path,
+    value_serde: str = "msgpack",
+    label: str = "",
+) -> AppSpec:
+    """The `Transform` or `CountPerKey` app with a fresh app id (`label` in it) and a fresh output topic."""
     kind = "stateful" if stateful else "stateless"
     return AppSpec(
-        app_id=f"bench-{kind}-{guarantee}-{uuid.uuid4().hex[:8]}",
+        app_id=f"bench-{label}{kind}-{guarantee}-{uuid.uuid4().hex[:8]}",
         bootstrap=bootstrap,
         input_topic=topic,
         output_topic=asyncio.run(fresh_output(bootstrap, partitions)),
@@ -47,6 +57,7 @@ def spec(bootstrap: str, topic: str, partitions: int, guarantee: str, stateful: 
         processor_name="count" if stateful else "transform",
         stores=count_store("rocksdb") if stateful else {},
         extra={"state_dir": str(state_dir)},
+        value_serde=value_serde,
     )
 
 

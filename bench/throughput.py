@@ -81,17 +81,23 @@ def run_bare(bootstrap: str, input_topic: str, partitions: int, records: int) ->
 
 
 def run_app(
-    spec: AppSpec, workdir: Path, records: int, workers: int = 1, sample_rss: bool = False, profile: bool = False
+    spec: AppSpec,
+    workdir: Path,
+    records: int,
+    workers: int = 1,
+    sample_rss: bool = False,
+    profile: bool = False,
+    tree: Path = REPO_ROOT,
 ) -> tuple[Measurement, RuntimeProcess]:
     """Run `spec` with `--until-caught-up` over an input of `records` records; count and delete its output topic."""
     args = ("--until-caught-up", "--workers", str(workers))
-    process = RuntimeProcess(spec.write(workdir), *args, profile=profile)
+    process = RuntimeProcess(spec.write(workdir), *args, profile=profile, tree=tree)
     wait = process.wait_sampling_rss if sample_rss else process.wait
     code = wait(timeout_for(records))
     if code != 0:
         raise RuntimeError(f"the runtime exited with {code}; log {process.log_path}:\n{process.log_tail()}")
     count = asyncio.run(finish_output(spec.bootstrap, spec.output_topic))
-    processing = process.logged_span("assigned", "caught up")
+    processing = process.logged_span("assigned ", "caught up")
     return Measurement(process.wall_seconds, count, processing, process.logged_rate()), process
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import msgpack
 from aiokafka import AIOKafkaProducer
 
-from processors.partitioner import partition_for
+from stores.partitioner import partition_for
 
 DISTINCT_KEYS = 10_000
 BATCH_BYTES = 512 * 1024

@@ -14,9 +14,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from processors.partitioner import partition_for
 from runtime.counters import Counters
 from runtime.telemetry.tracing import TRACEPARENT
+from stores.partitioner import partition_for
 
 HeaderList = Sequence[tuple[str, bytes]]
 Headers = HeaderList | bytes

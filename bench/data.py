@@ -8,8 +8,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from processors.partitioner import partition_for
-from processors.serdes import resolve_serde
+from stores.partitioner import partition_for
+from stores.serdes import resolve_serde
 
 DISTINCT_KEYS = 10_000
 BATCH_BYTES = 512 * 1024

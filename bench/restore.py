@@ -23,7 +23,7 @@ from bench.data import BatchProducer, fill_topic, make_key, make_value
 from bench.stateful import MB, STORE, count_store
 from bench.stats import hotspots, median, run_directory, write_result
 from bench.throughput import fresh_output, run_app, timeout_for
-from processors.partitioner import partition_for
+from stores.partitioner import partition_for
 
 TARGET_RATE = 200_000
 RESTORING = re.compile(r"restoring store (\S+) partition (\d+) from its changelog: offsets (\d+)\.\.(\d+)")

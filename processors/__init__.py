@@ -5,5 +5,6 @@ from processors.global_updater import GlobalStoreUpdater
 from processors.processor import Processor
 from processors.record import Record
 from processors.serdes import Serde
+from processors.stores import KeyValueStore, ReadOnlyStore
 
-__all__ = ["Context", "GlobalStoreUpdater", "Processor", "Record", "Serde"]
+__all__ = ["Context", "GlobalStoreUpdater", "KeyValueStore", "Processor", "ReadOnlyStore", "Record", "Serde"]

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from stores import KeyValueStore, ReadOnlyStore
+from processors.stores import KeyValueStore, ReadOnlyStore
 
 Punctuation = Callable[[], Awaitable[None] | None]
 

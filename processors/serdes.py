@@ -1,15 +1,8 @@
-"""Serdes turn keys and values into bytes and back: bytes, str, json, msgpack, or a user class."""
+"""What a serde is: turns keys and values into bytes and back (a user class named in the YAML implements it)."""
 
 from __future__ import annotations
 
-import functools
-import importlib
-import json
-from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
-
-import msgpack
-import orjson
 
 
 @runtime_checkable
@@ -17,95 +10,3 @@ class Serde(Protocol):
     def serialize(self, obj: Any) -> bytes: ...
 
     def deserialize(self, data: bytes) -> Any: ...
-
-
-class BytesSerde:
-    def serialize(self, obj: Any) -> bytes:
-        if not isinstance(obj, bytes | bytearray | memoryview):
-            raise TypeError(f"the bytes serde takes bytes, got {type(obj).__name__}")
-        return bytes(obj)
-
-    def deserialize(self, data: bytes) -> Any:
-        return data
-
-
-class StrSerde:
-    def serialize(self, obj: Any) -> bytes:
-        return str(obj).encode()
-
-    def deserialize(self, data: bytes) -> Any:
-        return data.decode()
-
-
-class JsonSerde:
-    """UTF-8 JSON through orjson (several times faster than the standard library, which matters for
-    JSON-heavy topics such as database change feeds), keeping the standard library's results where
-    orjson would differ: integers beyond 64 bits are kept exact, not turned into floats."""
-
-    def serialize(self, obj: Any) -> bytes:
-        try:
-            # Copied: orjson's result keeps its whole write buffer (kilobytes), and stores keep values.
-            # (A join of two parts always builds a new object: half the cost of `bytes(memoryview(...))`.)
-            return b"".join((orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS), b""))
-        except TypeError:  # an integer beyond 64 bits, or a type neither library encodes
-            return _JSON_ENCODER.encode(obj).encode()
-
-    def deserialize(self, data: bytes) -> Any:
-        # orjson reads an integer beyond 64 bits (below -2**63: 19 digits may do) as a float: such
-        # documents take the exact path. A flat object without floats lost nothing (the common row:
-        # checked in C); others are searched for 19 digits in a row (digits mapped to "0", all else
-        # to " ", then a substring search: a fraction of a regex's cost).
-        value = orjson.loads(data)
-        if value.__class__ is dict and _EXACT_SCALARS.issuperset(map(type, value.values())):
-            return value
-        if _NINETEEN_DIGITS in data.translate(_DIGITS_AS_ZEROS):
-            return json.loads(data)
-        return value
-
-
-_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
-_NINETEEN_DIGITS = b"0" * 19
-_EXACT_SCALARS = frozenset((str, int, bool, type(None)))
-
-
-class MsgpackSerde:
-    """msgpack's own C functions, bound as they are: no Python frame between a record and msgpack."""
-
-    serialize: Callable[[Any], bytes]
-    deserialize: Callable[[bytes], Any]
-
-    def __init__(self) -> None:
-        self.serialize = msgpack.Packer().pack
-        self.deserialize = functools.partial(msgpack.unpackb, strict_map_key=False)
-
-
-BUILTIN_SERDES: dict[str, type[Serde]] = {
-    "bytes": BytesSerde,
-    "str": StrSerde,
-    "json": JsonSerde,
-    "msgpack": MsgpackSerde,
-}
-
-
-def import_object(path: str) -> Any:
-    """Import `package.module:Name` (or `package.module.Name`)."""
-    module_name, _, attribute = path.partition(":") if ":" in path else path.rpartition(".")
-    if not module_name or not attribute:
-        raise ImportError(f"'{path}' is not an import path like 'package.module:Name'")
-    module = importlib.import_module(module_name)
-    try:
-        return getattr(module, attribute)
-    except AttributeError:
-        raise ImportError(f"module '{module_name}' has no attribute '{attribute}'") from None
-
-
-def resolve_serde(name: str) -> Serde:
-    """A built-in serde by name, or an instance of a user class by import path."""
-    builtin = BUILTIN_SERDES.get(name)
-    if builtin is not None:
-        return builtin()
-    serde = import_object(name)()
-    if not isinstance(serde, Serde):
-        raise TypeError(f"'{name}' has no serialize(obj) and deserialize(data) methods")
-    return serde

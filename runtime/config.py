@@ -11,12 +11,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from processors.global_updater import GlobalStoreUpdater
 from processors.processor import Processor
-from processors.serdes import import_object, resolve_serde
 from runtime.kafka.options import INT32_MAX, option_problems
 from runtime.redaction import USERINFO, redact
 from runtime.substitution import UnsetVariable, expand_variables
 from runtime.telemetry.config import TelemetryConfig
 from runtime.yaml_loader import MAX_BYTES, UnsafeYaml, load_yaml
+from stores.serdes import import_object, resolve_serde
 
 TOPIC_NAME = r"^[a-zA-Z0-9._-]{1,249}$"
 NAME = r"^[a-zA-Z0-9_-]+$"  # processors and stores: they become parts of paths and topic names

@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from processors.serdes import Serde, resolve_serde
+from processors.serdes import Serde
 from stores.backend import Backend, Change
 from stores.ranges import overlay, prefix_end
+from stores.serdes import resolve_serde
 
 
 class KeyValueStore:

@@ -18,7 +18,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from examples.acquirers.terminals import table_row
-from processors.partitioner import partition_for
+from stores.partitioner import partition_for
 
 ACQUIRERS = ("ACQ-NORTH", "ACQ-SOUTH", "ACQ-EAST")  # ACQ-EAST has no route in app.yaml: its payments stay unrouted
 CURRENCIES = ("RUB",) * 8 + ("USD", "EUR")

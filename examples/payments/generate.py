@@ -23,7 +23,7 @@ import msgpack
 from aiokafka import AIOKafkaProducer
 
 from examples.payments.processors import DEFAULT_MAX_AMOUNT_MINOR
-from processors.partitioner import partition_for
+from stores.partitioner import partition_for
 
 VALID: Final = "valid"
 INVALID: Final = "invalid"

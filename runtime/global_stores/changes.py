@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from processors.global_updater import GlobalStoreUpdater
 from processors.record import Record
-from processors.serdes import Serde, import_object, resolve_serde
+from processors.serdes import Serde
+from stores.serdes import import_object, resolve_serde
 
 if TYPE_CHECKING:
     from stores import Change

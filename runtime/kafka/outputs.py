@@ -14,9 +14,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from processors.partitioner import partition_for
 from runtime.counters import Counters
-from runtime.telemetry.tracing import TRACEPARENT
+from runtime.telemetry.trace_headers import TRACEPARENT, TRACEPARENT_CLASS
+from stores.partitioner import partition_for
 
 HeaderList = Sequence[tuple[str, bytes]]
 Headers = HeaderList | bytes
@@ -67,7 +67,7 @@ class Outputs:
         # so a traceparent goes in a list kept for it.
         kind = headers.__class__
         header_list: Any
-        if kind is bytes:
+        if kind is TRACEPARENT_CLASS:
             header_list = self._traceparent
             header_list[0] = (TRACEPARENT, headers)
         else:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from aiokafka import TopicPartition
 
-from processors.serdes import resolve_serde
 from runtime.config import AppConfig, ProcessorConfig, SnapshotsConfig, StoreConfig
 from runtime.kafka.outputs import Outputs
 from stores import Backend, KeyValueStore, StoreCorrupted, StoreLocked, open_backend, wipe
+from stores.serdes import resolve_serde
 
 log = logging.getLogger(__name__)
 

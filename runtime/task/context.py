@@ -11,7 +11,8 @@ from processors.context import Context, Punctuation
 from processors.serdes import Serde
 from runtime.kafka.outputs import Headers
 from runtime.state.task_state import TaskState
-from runtime.telemetry.tracing import OutputContext, fields_of, with_fields
+from runtime.telemetry.trace_headers import UNTRACED_CLASS, OutputContext, fields_of
+from runtime.telemetry.tracing import with_fields
 from stores import KeyValueStore, ReadOnlyStore
 
 TopicSerdes = Mapping[str, tuple[Serde, Serde]]
@@ -88,7 +89,7 @@ class TaskContext(Context):
         trace_fields = self.trace_fields
         if not headers:
             carried = trace_fields
-        elif not isinstance(trace_fields, tuple):  # traced (a tuple: not), even with no context to pass on
+        elif not isinstance(trace_fields, UNTRACED_CLASS):  # traced, even with no context to pass on
             carried = with_fields(headers, fields_of(trace_fields))
         else:
             carried = headers

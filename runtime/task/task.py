@@ -30,6 +30,7 @@ from runtime.state.task_state import TaskState
 from runtime.task.context import TaskContext, TopicSerdes
 from runtime.task.failures import FailureHandler, Stage
 from runtime.telemetry import Telemetry
+from runtime.telemetry.trace_headers import CARRIED_CLASSES, UNTRACED
 from runtime.telemetry.tracing import ProcessScope
 from stores import ReadOnlyStore
 
@@ -333,6 +334,7 @@ class Task:
         process, context, is_async = self._processor.process, self._context, self._is_async
         tracer, metrics = self._services.telemetry.tracer, self._services.telemetry.metrics
         start_span, timed, name = tracer.start_process_span, metrics.enabled, self.id.processor
+        carried_classes = CARRIED_CLASSES
         pending = context.pending
         processed = 0
         done: int | None = None  # the offset after the last record handled
@@ -358,8 +360,7 @@ class Task:
                     released = len(pending)
                     started = time.perf_counter() if timed else 0.0
                     try:
-                        kind = decision.__class__
-                        if kind is bytes or kind is list or kind is tuple:  # no span: the outputs' context
+                        if decision.__class__ in carried_classes:  # no span: the decision is what outputs carry
                             context.trace_fields = decision  # type: ignore[assignment]
                             result = process(record, context)
                             if is_async:
@@ -376,7 +377,7 @@ class Task:
                         metrics.record_processing((time.perf_counter() - started) * 1000, name)
                     done = raw.offset + 1
         finally:
-            context.trace_fields = ()  # punctuations' outputs belong to no record
+            context.trace_fields = UNTRACED  # punctuations' outputs belong to no record
             self._batch_done(tp, done, processed)
         return []
 

@@ -43,20 +43,9 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from opentelemetry.util.types import AttributeValue
 
 from runtime.telemetry.record_span import RecordSpan, RecordSpanSink, qualified_name
+from runtime.telemetry.trace_headers import TRACEPARENT, UNTRACED, Fields, TraceDecision
 
 HeaderList = Sequence[tuple[str, bytes]]
-Fields = list[tuple[str, bytes]]
-"""Propagation headers for a record's outputs (traceparent, tracestate, baggage). A list, as the
-producer's batch builder takes; shared by the record's outputs, so never changed in place."""
-OutputContext = Fields | bytes
-"""What a record's outputs carry on: its fields, or just a `traceparent` value (bytes). The bytes
-are the common case, a dropped record's: they are made a header only as the batch builder reads
-them (`Outputs.append`), so no list per record lives through a batch for the collector to count."""
-TraceDecision = OutputContext | tuple[()] | int | None
-"""A record's, before it is processed: its span is dropped and its outputs carry this context
-(bytes or a list); or tracing is off and its outputs keep the headers the processor gives them
-(an empty tuple); or it starts a new trace, sampled, with this trace id (an int); or None: its
-span decides."""
 
 # Messaging semantic conventions, as in opentelemetry-semantic-conventions 0.66b2.
 MESSAGING_SYSTEM: Final = "messaging.system"
@@ -79,7 +68,6 @@ PROPAGATION_HEADERS: Final = frozenset(PROPAGATOR.fields)
 
 _NOTHING: Final[AbstractContextManager[None]] = nullcontext()
 _NO_PARENT: Final = Context()
-TRACEPARENT: Final = "traceparent"
 BAGGAGE: Final = "baggage"
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _UNSAMPLED: Final = TraceFlags(TraceFlags.DEFAULT)
@@ -99,8 +87,8 @@ class RecordTracer:
 
     def decide(self, records: Sequence[Any]) -> list[TraceDecision]:
         """For each record (aiokafka's): its outputs' context when its span is dropped (bytes or a
-        list; an empty tuple, untraced, here), else what `start_process_span` takes as `decision`."""
-        return [()] * len(records)
+        list; `UNTRACED` here), else what `start_process_span` takes as `decision`."""
+        return [UNTRACED] * len(records)
 
     def start_process_span(
         self,
@@ -438,11 +426,6 @@ class _Attached(AbstractContextManager[None]):
         if self._token is not None:
             context_api.detach(self._token)
             self._token = None
-
-
-def fields_of(context: OutputContext) -> Fields:
-    """An output context as headers."""
-    return [(TRACEPARENT, context)] if context.__class__ is bytes else context  # type: ignore[return-value]
 
 
 def _propagation(headers: HeaderList | None) -> list[tuple[str, bytes]]:

@@ -16,7 +16,6 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from processors.serdes import resolve_serde
 from runtime.config import AppConfig, Guarantee
 from runtime.counters import Counters
 from runtime.global_stores.stores import GlobalStores
@@ -37,6 +36,7 @@ from runtime.worker.collector import bulk_allocations, freeze_what_lives
 from runtime.worker.outcome import Outcome
 from runtime.worker.poll_loop import poll
 from stores import StoreError
+from stores.serdes import resolve_serde
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from processors.serdes import resolve_serde
+from stores.serdes import resolve_serde
 from stores.snapshot import Manifest, SnapshotError, finish_snapshot
 from stores.spark.partitioning import KeyValue, place_and_sort, write_ssts
 from stores.spark.snapshot import changelog_end_offsets

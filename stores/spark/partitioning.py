@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from processors.partitioner import partition_for
+from stores.partitioner import partition_for
 from stores.snapshot import PartitionWritten, write_partition
 
 KeyValue = tuple[bytes, bytes]

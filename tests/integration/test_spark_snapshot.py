@@ -12,11 +12,11 @@ import msgpack
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from processors.partitioner import partition_for
-from processors.serdes import JsonSerde, StrSerde
 from runtime.worker.worker import Worker
 from stores import KeyValueStore, ReadOnlyStore
+from stores.partitioner import partition_for
 from stores.rocksdb import RocksDBBackend
+from stores.serdes import JsonSerde, StrSerde
 from stores.snapshot import ingest_partition, read_manifest, validate, verify_checksums
 from stores.spark.__main__ import main
 from stores.spark.session import spark_session

@@ -13,9 +13,9 @@ import msgpack
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from processors.partitioner import partition_for
 from runtime.config import parse_app
 from runtime.worker.worker import Worker
+from stores.partitioner import partition_for
 from tests.conftest import TopicNamer
 from tests.integration.running import numbered, spawn_worker, write_app
 from tests.kafka_helpers import create_topic, produce, read_topic

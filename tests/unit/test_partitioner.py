@@ -1,4 +1,4 @@
-"""processors.partitioner picks the partition a Java producer (and aiokafka's default partitioner) would."""
+"""stores.partitioner picks the partition a Java producer (and aiokafka's default partitioner) would."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.partitioner import murmur2, partition_for
+from stores.partitioner import murmur2, partition_for
 
 # aiokafka's tests/test_partitioner.py (test_murmur2_java_compatibility): partitions of 1000,
 # as computed by Kafka's Java partitioner.

@@ -17,10 +17,10 @@ from examples.payments.snapshot_demo import demo_app
 from examples.payments.totals import AccountTotals
 from processors import Context, Record
 from processors.context import Punctuation
-from processors.partitioner import partition_for
-from processors.serdes import resolve_serde
 from runtime.config import SnapshotsConfig, load_app
 from stores import KeyValueStore, MemoryBackend, ReadOnlyStore
+from stores.partitioner import partition_for
+from stores.serdes import resolve_serde
 
 
 class FakeContext(Context):

@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processors import Serde
-from processors.serdes import (
+from runtime.config import ConfigError, parse_app
+from stores.serdes import (
     BUILTIN_SERDES,
     BytesSerde,
     JsonSerde,
@@ -22,7 +23,6 @@ from processors.serdes import (
     import_object,
     resolve_serde,
 )
-from runtime.config import ConfigError, parse_app
 
 
 class ReversedUtf8Serde:

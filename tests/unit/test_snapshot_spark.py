@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from processors.partitioner import partition_for
-from processors.serdes import resolve_serde
+from stores.partitioner import partition_for
 from stores.rocksdb import RocksDBBackend
+from stores.serdes import resolve_serde
 from stores.snapshot import SnapshotError, ingest_partition, read_manifest, validate, verify_checksums
 from stores.spark.__main__ import main
 from stores.spark.bootstrap import bootstrap, read_source

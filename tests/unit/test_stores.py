@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rocksdict import Options, Rdict, SstFileWriter
 
-from processors.serdes import BytesSerde, StrSerde
 from stores import (
     Backend,
     KeyValueStore,
@@ -29,6 +28,7 @@ from stores import (
     wipe,
 )
 from stores.ranges import overlay, prefix_end
+from stores.serdes import BytesSerde, StrSerde
 
 BackendFactory = Callable[[], Backend]
 Kind = Literal["memory", "rocksdb"]

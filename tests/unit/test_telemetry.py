@@ -20,12 +20,12 @@ from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.trace import SpanKind, StatusCode
 from pydantic import ValidationError
 
-from processors.serdes import resolve_serde
 from runtime.counters import Counters
 from runtime.task.context import TaskContext
 from runtime.telemetry import RecordTracer, Telemetry, TelemetryConfig, setup
 from runtime.telemetry.setup import _http_endpoint
 from runtime.telemetry.tracing import extract
+from stores.serdes import resolve_serde
 from tests.otlp_receiver import OtlpReceiver
 
 TRACED = TelemetryConfig.model_validate({"traces": {"exporter": "none"}})

@@ -82,11 +82,12 @@ class SqliteSink(Processor):
 
 class Journal(Processor):
     """Appends what happens to it to `params.journal`, one line per event; `init`, `flush` and `close`
-    each await a sleep before their line, so a step that is not awaited leaves no line."""
+    each await a sleep before their line, so a step that is not awaited leaves no line. `init` sleeps
+    longer than a commit interval, so a commit that did not wait for it would flush too early."""
 
     async def init(self, ctx: Context) -> None:
         self.journal = Path(str(ctx.params["journal"]))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
         self.note("init")
         self.unflushed: list[int] = []
 

@@ -21,7 +21,8 @@ class Processor:
        once `flush` returns, those records are never processed again. If it raises, none of the
        task's offsets are committed, and the processing error policy decides: `fail` stops the
        worker, `skip` and `dead_letter` log it and try again at the next commit.
-    5. `close()`, once, when the task stops (revoked or shut down), after a last `flush`.
+    5. `close()`, once, when the task stops (revoked or shut down), after a last `flush`; only if
+       `init` returned (a task stopped while `init` still awaits has it cancelled, and no `close`).
 
     Every one of these may be a plain method or an `async def`. An exception in the constructor,
     `init` or `close` is logged with its cause and stops the worker with exit 1 under every policy:

@@ -48,7 +48,7 @@ class TaskId:
 
 class TaskPhase(StrEnum):
     CREATED = "created"  # built on assignment; its inputs are held until it runs
-    RESTORING = "restoring"  # claimed from its previous owner, restoring its stores
+    RESTORING = "restoring"  # claimed from its previous owner, restoring its stores, then initialising
     RUNNING = "running"  # processing; takes part in commits
     CLOSED = "closed"  # its processor and stores are closed
 
@@ -163,7 +163,8 @@ class Task:
         self.next_offsets[tp] = max(self.next_offsets.get(tp, 0), end)
 
     async def run(self) -> None:
-        """Initialise the processor, then process batches and punctuations until asked to stop."""
+        """Initialise the processor, then process batches and punctuations until asked to stop. The task
+        runs, and so takes part in commits, only once `init` returned: a flush never precedes it."""
         try:
             await settle(self._processor.init(self._context))
         except Exception as error:

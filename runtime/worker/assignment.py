@@ -166,8 +166,8 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
             self._outcome.fail(error, "the final commit")
 
     async def _stop(self, tasks: list[Task]) -> None:
-        """Stop the actors after the batch in flight; one that is still starting has none, and is cancelled
-        (a store keeps what its restore applied)."""
+        """Stop the actors after the batch in flight; one that is still starting (restoring, or in its
+        processor's `init`) has none, and is cancelled (a store keeps what its restore applied)."""
         actors = []
         for task in tasks:
             task.request_stop()

@@ -168,7 +168,7 @@ class Task:
         try:
             await settle(self._processor.init(self._context))
         except Exception as error:
-            raise self._lifecycle_failed("init", error) from error
+            raise self._lifecycle_failed("init()", error) from error
         self.phase = TaskPhase.RUNNING  # from here on, it takes part in commits and is closed
         try:
             while not self._stopping:
@@ -225,22 +225,22 @@ class Task:
             if ran:
                 await settle(self._processor.close())
         except Exception as error:
-            raise self._lifecycle_failed("close", error) from error
+            raise self._lifecycle_failed("close()", error) from error
         finally:
             if self.state is not None:
                 self.state.close()
 
     def _lifecycle_failed(self, step: str, error: Exception) -> StopAfterCommit:
-        log.error("processor '%s' failed in %s() of task %s", self.id.processor, step, self.id, exc_info=error)
+        log.error("processor '%s' failed in %s of task %s", self.id.processor, step, self.id, exc_info=error)
         return StopAfterCommit(
-            f"processor '{self.id.processor}' failed in {step}() of task {self.id}: {type(error).__name__}: {error}"
+            f"processor '{self.id.processor}' failed in {step} of task {self.id}: {type(error).__name__}: {error}"
         )
 
     def _flush_failed(self, error: Exception) -> None:
         """Step 1.1 failed: no offset of this task is committed now; the policy decides what follows."""
         self._services.counters.failed_flushes += 1
         if self._services.failures.stops_on(Stage.PROCESSING):
-            raise self._lifecycle_failed("flush", error) from error
+            raise self._lifecycle_failed("flush()", error) from error
         log.warning("processor '%s' failed to flush task %s (%r): its offsets stay uncommitted until a flush "
                     "succeeds", self.id.processor, self.id, error)  # fmt: skip
 

@@ -258,11 +258,17 @@ async def test_a_failed_transaction_is_aborted_and_its_work_redone_from_the_comm
     assert (counters.aborted_transactions, counters.commits) == (1, 0)
 
 
-async def test_a_fenced_commit_loses_the_task() -> None:
+@pytest.mark.parametrize("fenced_at", ["commit", "abort"])
+async def test_a_fenced_commit_loses_the_task(fenced_at: str) -> None:
     consumer, counters = FakeConsumer(), Counters()
     task = transactional_task()
     committer = await claimed(consumer, counters, task)
-    fake_outputs(task).producer.failures["commit_transaction"] = ProducerFenced()
+    failures = fake_outputs(task).producer.failures
+    if fenced_at == "commit":
+        failures["commit_transaction"] = ProducerFenced()
+    else:  # the commit failed, and the abort that follows finds the task fenced
+        failures["commit_transaction"] = KafkaConnectionError()
+        failures["abort_transaction"] = ProducerFenced()
 
     committed = await committer.commit([checkpoint({TP0: 11, TP1: 20}, task)])
     again = await committer.commit([checkpoint({TP0: 12, TP1: 20}, task)])
@@ -270,7 +276,9 @@ async def test_a_fenced_commit_loses_the_task() -> None:
     assert committed.lost == [task] and committed.checkpoints == []
     assert again.lost == [task]  # forgotten: it never commits again
     assert counters.fenced_tasks == 1
-    assert "abort_transaction" not in fake_outputs(task).producer.names()
+    assert fake_outputs(task).producer.names()[-1] == (
+        "commit_transaction" if fenced_at == "commit" else "abort_transaction"
+    )
 
 
 async def test_release_aborts_only_a_transaction_with_work_in_it() -> None:

@@ -457,3 +457,6 @@ async def test_a_failing_init_stops_after_commit_before_any_record() -> None:
         await task.run()
 
     assert task.next_offsets == {}
+    assert await prepare(task) is None  # a task that never started takes no part in commits
+    await task.close()
+    assert processor.closes == 0  # nor is a processor closed that never started

@@ -7,7 +7,9 @@ that. Tasks themselves are real (`make_task`): real context, failure policies, c
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+import json
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
 
 from aiokafka import TopicPartition
@@ -51,6 +53,32 @@ def telemetry_variant(name: str) -> Telemetry:
     ratio = {"traced": 1.0, "dropped": 0.0}[name]
     config = TelemetryConfig.model_validate({"sampling_ratio": ratio})
     return Telemetry(config, "app", span_exporter=InMemorySpanExporter())
+
+
+def value(n: int, **extra: Any) -> bytes:
+    """A JSON value as the input topic holds it."""
+    return json.dumps({"n": n, **extra}).encode()
+
+
+def records(*offsets: int) -> list[Any]:
+    """Records of `in` at these offsets, each with its offset as its value."""
+    return [raw(offset, value(offset)) for offset in offsets]
+
+
+def sent(outputs: FakeOutputs, topic: str = OUT) -> list[Any]:
+    """What reached the output path for `topic`, decoded (dead letters keep their original bytes)."""
+    return [v if topic == DEAD else json.loads(v) for t, _, v in outputs.appended if t == topic]
+
+
+@contextlib.asynccontextmanager
+async def running(task: Task) -> AsyncIterator[None]:
+    """The task's actor in the background; stopped (and its failure raised) on leaving."""
+    actor = asyncio.create_task(task.run())
+    try:
+        yield
+    finally:
+        task.request_stop()
+        await actor
 
 
 class FakeProducer:

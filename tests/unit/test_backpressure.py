@@ -1,0 +1,99 @@
+"""Pausing and resuming a partition's fetching, as holds on it come and go."""
+
+from __future__ import annotations
+
+from aiokafka import TopicPartition
+
+from processors.context import Context
+from processors.processor import Processor
+from processors.record import Record
+from runtime.config import QueueConfig
+from runtime.counters import Counters
+from runtime.worker.backpressure import END_OF_RUN, Backpressure
+from tests.unit.engine_fakes import IN, FakeConsumer, make_task, raw
+
+TP0, TP1 = TopicPartition(IN, 0), TopicPartition(IN, 1)
+
+
+class Idle(Processor):
+    def process(self, record: Record, ctx: Context) -> None:
+        pass
+
+
+def backpressure(pause_at: int = 3, resume_at: int = 1) -> tuple[Backpressure, FakeConsumer, Counters]:
+    consumer, counters = FakeConsumer(), Counters()
+    return Backpressure(consumer, QueueConfig(pause_at=pause_at, resume_at=resume_at), counters), consumer, counters
+
+
+def test_a_partition_resumes_only_when_its_last_hold_is_released_in_any_order() -> None:
+    for first, second in (("restoring", END_OF_RUN), (END_OF_RUN, "restoring")):
+        holds, consumer, counters = backpressure()
+        holds.hold([TP0, TP1], "restoring")
+        holds.hold([TP0], END_OF_RUN)
+        assert consumer.paused == [TP0, TP1]  # once each, however many holds
+
+        holds.release([TP0, TP1], first)
+        assert holds.paused() == ({TP0} if first == "restoring" else {TP0, TP1})
+        holds.release([TP0, TP1], second)
+
+        assert holds.paused() == set()
+        assert sorted(consumer.resumed) == [TP0, TP1]
+        assert (counters.pauses, counters.resumes) == (2, 2)
+
+
+def test_releasing_a_hold_that_is_not_there_changes_nothing() -> None:
+    holds, consumer, _ = backpressure()
+    holds.hold([TP0], "restoring")
+
+    holds.release([TP0], "another reason")
+    holds.release([TP1], "restoring")
+
+    assert holds.paused() == {TP0}
+    assert consumer.resumed == []
+
+
+def test_forgotten_partitions_are_neither_paused_nor_resumed_any_more() -> None:
+    holds, consumer, _ = backpressure()
+    holds.hold([TP0, TP1], "restoring")
+
+    holds.forget([TP0])
+    holds.release([TP0, TP1], "restoring")
+
+    assert holds.paused() == set()
+    assert consumer.resumed == [TP1]
+
+
+def test_a_task_pauses_its_inputs_at_its_bound_and_resumes_them_at_the_resume_mark() -> None:
+    holds, consumer, counters = backpressure(pause_at=3, resume_at=1)
+    task = make_task(Idle(), inputs=[TP0])
+
+    task.enqueue(TP0, [raw(0, b"{}"), raw(1, b"{}")])
+    holds.after_enqueue(task)
+    assert holds.paused() == set()
+    task.enqueue(TP0, [raw(2, b"{}")])
+    holds.after_enqueue(task)
+    assert holds.paused() == {TP0}
+    assert counters.max_queued == 3
+
+    task.queued = 2
+    holds.after_dequeue(task)
+    assert holds.paused() == {TP0}
+    task.queued = 1
+    holds.after_dequeue(task)
+    assert holds.paused() == set()
+    assert consumer.paused == consumer.resumed == [TP0]
+
+
+def test_a_drained_queue_does_not_resume_a_partition_held_for_another_reason() -> None:
+    holds, _, _ = backpressure(pause_at=1, resume_at=0)
+    task = make_task(Idle(), inputs=[TP0])
+    holds.hold([TP0], END_OF_RUN)
+    task.enqueue(TP0, [raw(0, b"{}")])
+    holds.after_enqueue(task)
+
+    task.queued = 0
+    holds.after_dequeue(task)
+
+    assert holds.paused() == {TP0}
+    holds.release([TP0], END_OF_RUN)
+    assert holds.paused() == set()

@@ -1,0 +1,216 @@
+"""The commit protocol (`Checkpoints`) over real tasks, with a committer that records step 2."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+
+import pytest
+from aiokafka import TopicPartition
+
+from processors.context import Context
+from processors.processor import Processor
+from processors.record import Record
+from runtime.config import ErrorPolicy
+from runtime.errors import StopAfterCommit
+from runtime.guarantees.checkpoint import Checkpoints, Committed
+from runtime.task.task import Checkpoint, CommitBeforeProcessing, Task, TaskPhase
+from tests.unit.engine_fakes import IN, OUT, FakeState, Log, make_services, make_task, raw, until_idle
+
+pytestmark = pytest.mark.anyio
+
+TP = TopicPartition(IN, 0)
+
+
+class Sink(Processor):
+    """Logs its flushes (step 1.1) and its records; its flush raises while `failing`."""
+
+    def __init__(self, name: str, log: Log):
+        self.name = name
+        self.log = log
+        self.failing = False
+
+    def process(self, record: Record, ctx: Context) -> None:
+        self.log.append(f"{self.name} process {record.offset}")
+        ctx.send(OUT, record.value)
+
+    def flush(self, ctx: Context) -> Awaitable[None] | None:
+        self.log.append(f"{self.name} flush")
+        if self.failing:
+            raise OSError(f"{self.name} cannot write")
+        return None
+
+
+class RecordingCommitter:
+    """Step 2: logs each commit with the tasks it covers; `lost` tasks come back as taken over, and
+    `gate`, when set, holds the commit until the test opens it."""
+
+    commit_before_processing: CommitBeforeProcessing | None = None
+
+    def __init__(self, log: Log, commits_in_turn: bool):
+        self.commits_in_turn = commits_in_turn
+        self.log = log
+        self.checkpoints: list[list[Checkpoint]] = []
+        self.lost: set[str] = set()
+        self.gate: asyncio.Event | None = None
+        self.entered = asyncio.Event()
+
+    async def claim(self, task: Task) -> None:
+        return None
+
+    async def release(self, task: Task) -> None:
+        return None
+
+    async def commit(self, checkpoints: list[Checkpoint]) -> Committed:
+        names = ",".join(str(c.task.id.processor) for c in checkpoints)
+        self.log.append(f"commit {names}")
+        self.checkpoints.append(checkpoints)
+        self.entered.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        self.log.append(f"committed {names}")
+        return Committed(
+            [c for c in checkpoints if c.task.id.processor not in self.lost],
+            [c.task for c in checkpoints if c.task.id.processor in self.lost],
+        )
+
+
+def running_task(name: str, log: Log, policy: ErrorPolicy = ErrorPolicy.SKIP) -> Task:
+    task = make_task(Sink(name, log), make_services(policy=policy), state=FakeState(name, log), name=name)
+    task.phase = TaskPhase.RUNNING  # as after its claim and restore; its actor is not needed to commit
+    return task
+
+
+def sink(task: Task) -> Sink:
+    processor = task._processor
+    assert isinstance(processor, Sink)
+    return processor
+
+
+async def test_tasks_that_commit_together_prepare_in_turn_then_commit_once_then_flush_their_stores() -> None:
+    log: Log = []
+    a, b = running_task("a", log), running_task("b", log)
+    committer = RecordingCommitter(log, commits_in_turn=False)
+
+    await Checkpoints(committer, 60).commit([a, b])
+
+    assert log == [
+        "a flush", "a log changes", "b flush", "b log changes",  # 1, task by task
+        "commit a,b", "committed a,b",  # 2
+        "a flush stores", "b flush stores",  # 3
+    ]  # fmt: skip
+
+
+async def test_tasks_that_commit_in_turn_each_go_through_all_steps() -> None:
+    log: Log = []
+    a, b = running_task("a", log), running_task("b", log)
+    committer = RecordingCommitter(log, commits_in_turn=True)
+
+    await Checkpoints(committer, 60).commit([a, b])
+
+    for name in "ab":
+        steps = [entry for entry in log if name in (entry.split()[0], entry.split()[-1])]
+        assert steps == [f"{name} flush", f"{name} log changes", f"commit {name}", f"committed {name}",
+                         f"{name} flush stores"]  # fmt: skip
+
+
+@pytest.mark.parametrize("in_turn", [False, True], ids=["together", "in turn"])
+async def test_only_committed_checkpoints_flush_their_stores_and_lost_tasks_are_marked_lost(in_turn: bool) -> None:
+    log: Log = []
+    a, b = running_task("a", log), running_task("b", log)
+    committer = RecordingCommitter(log, in_turn)
+    committer.lost = {"b"}
+
+    await Checkpoints(committer, 60).commit([a, b])
+
+    assert "a flush stores" in log
+    assert "b flush stores" not in log
+    assert (a.lost, b.lost) == (False, True)
+    assert not b.running
+
+
+@pytest.mark.parametrize("in_turn", [False, True], ids=["together", "in turn"])
+async def test_tasks_not_running_take_no_part(in_turn: bool) -> None:
+    log: Log = []
+    running, restoring, lost = running_task("a", log), running_task("b", log), running_task("c", log)
+    restoring.phase = TaskPhase.RESTORING
+    lost.lose()
+    committer = RecordingCommitter(log, in_turn)
+
+    async with lost.turn:  # its actor is still finishing a batch: the commit does not wait for it
+        await asyncio.wait_for(Checkpoints(committer, 60).commit([running, restoring, lost]), 5)
+
+    assert [[c.task for c in checkpoints] for checkpoints in committer.checkpoints] == [[running]]
+    assert not any(entry.startswith(("b ", "c ")) for entry in log)
+
+
+@pytest.mark.parametrize("in_turn", [False, True], ids=["together", "in turn"])
+async def test_a_failing_flush_keeps_its_task_out_and_the_others_commit_before_it_is_raised(in_turn: bool) -> None:
+    log: Log = []
+    a, b, c = running_task("a", log), running_task("b", log, ErrorPolicy.FAIL), running_task("c", log)
+    sink(b).failing = True
+    committer = RecordingCommitter(log, in_turn)
+    committer.gate = asyncio.Event()
+    commit = asyncio.create_task(Checkpoints(committer, 60).commit([a, b, c]))
+    await asyncio.wait_for(committer.entered.wait(), 5)  # b failed by now; the others are in step 2
+    finished, _ = await asyncio.wait([commit], timeout=0.05)
+    assert not finished  # b's failure waits until the others' step 2 is done
+    committer.gate.set()
+
+    with pytest.raises(StopAfterCommit, match=r"failed in flush\(\) of task b\[0\]: OSError: b cannot write"):
+        await commit
+
+    # Raised only once the others' commits are complete.
+    assert [c.task for checkpoints in committer.checkpoints for c in checkpoints] == [a, c]
+    assert "a flush stores" in log and "c flush stores" in log
+    assert "b log changes" not in log and "b flush stores" not in log
+
+
+@pytest.mark.parametrize("in_turn", [False, True], ids=["together", "in turn"])
+async def test_a_task_processes_during_step_2_only_when_its_committer_does_not_commit_in_turn(in_turn: bool) -> None:
+    log: Log = []
+    task = make_task(Sink("a", log), make_services(), state=FakeState("a", log), name="a")
+    committer = RecordingCommitter(log, in_turn)
+    committer.gate = asyncio.Event()
+    actor = asyncio.create_task(task.run())
+    commit = asyncio.create_task(Checkpoints(committer, 60).commit([task]))
+    await committer.entered.wait()
+
+    task.enqueue(TP, [raw(0, b"{}")])
+    assert task.turn.locked() is in_turn
+    if not in_turn:
+        await until_idle(task)  # while step 2 still waits
+    committer.gate.set()
+    await commit
+    await until_idle(task)
+    task.request_stop()
+    await actor
+
+    position = log.index("a process 0")
+    assert position > log.index("committed a") if in_turn else position < log.index("committed a")
+
+
+async def test_the_timer_commits_until_stopped_and_a_commit_in_progress_finishes() -> None:
+    log: Log = []
+    task = running_task("a", log)
+    committer = RecordingCommitter(log, commits_in_turn=True)
+    committer.gate = asyncio.Event()
+    checkpoints = Checkpoints(committer, 0.001)
+    timer = asyncio.create_task(checkpoints.commit_periodically(lambda: [task]))
+    await committer.entered.wait()
+
+    checkpoints.stop_timer()
+    committer.gate.set()
+    await asyncio.wait_for(timer, 5)  # a bound on a hang only
+
+    assert not timer.cancelled()
+    assert log.count("commit a") == 1
+    assert log[-2:] == ["committed a", "a flush stores"]
+
+
+async def test_a_timer_stopped_between_commits_returns_without_waiting_for_its_interval() -> None:
+    checkpoints = Checkpoints(RecordingCommitter([], commits_in_turn=False), 3600)
+    timer = asyncio.create_task(checkpoints.commit_periodically(list))
+
+    checkpoints.stop_timer()
+    await asyncio.wait_for(timer, 5)  # a bound on a hang only: it returns at once

@@ -18,7 +18,6 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from processors.processor import Processor
-from processors.serdes import resolve_serde
 from runtime.config import ErrorPolicy
 from runtime.counters import Counters
 from runtime.kafka.outputs import Headers, Outputs
@@ -26,6 +25,7 @@ from runtime.state.task_state import TaskState
 from runtime.task.failures import FailureHandler, Stage
 from runtime.task.task import CommitBeforeProcessing, Task, TaskId, TaskServices, build_task
 from runtime.telemetry import Telemetry, TelemetryConfig
+from stores.serdes import resolve_serde
 
 IN, OUT, DEAD = "in", "out", "dead-letters"
 SERDES = {

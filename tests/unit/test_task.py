@@ -255,7 +255,7 @@ async def test_a_failing_punctuation_under_fail_stops_the_task(asynchronous: boo
     processor = Ticking(True, asynchronous)
     task = make_task(processor, make_services(policy=ErrorPolicy.FAIL))
 
-    with pytest.raises(StopAfterCommit, match=r"failed in a punctuation\(\) of task p\[0\]: ConnectionError"):
+    with pytest.raises(StopAfterCommit, match=r"failed in a punctuation of task p\[0\]: ConnectionError"):
         await task.run()
 
     assert sent(fake_outputs(task)) == []

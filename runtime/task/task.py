@@ -311,6 +311,7 @@ class Task:
                     done = raw.offset + 1
                     continue
                 released = len(pending)
+                context.source = raw
                 try:
                     if is_async:
                         await process(record, context)  # type: ignore[misc]
@@ -322,6 +323,7 @@ class Task:
                     processed += 1
                 done = raw.offset + 1
         finally:
+            context.source = None  # punctuations' outputs belong to no record
             self._batch_done(tp, done, processed)
         return []
 
@@ -356,6 +358,7 @@ class Task:
                         done = raw.offset + 1
                         continue
                     released = len(pending)
+                    context.source = raw
                     started = time.perf_counter() if timed else 0.0
                     try:
                         kind = decision.__class__
@@ -376,7 +379,7 @@ class Task:
                         metrics.record_processing((time.perf_counter() - started) * 1000, name)
                     done = raw.offset + 1
         finally:
-            context.trace_fields = ()  # punctuations' outputs belong to no record
+            context.trace_fields, context.source = (), None  # punctuations' outputs belong to no record
             self._batch_done(tp, done, processed)
         return []
 
@@ -420,6 +423,6 @@ def build_task(
 ) -> Task:
     context = TaskContext(
         app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes, services.global_stores,
-        state,
+        state, outputs.limits,
     )  # fmt: skip
     return Task(task_id, processor, context, inputs, outputs, services, end_offsets, state)

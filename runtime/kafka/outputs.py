@@ -26,6 +26,7 @@ from aiokafka.errors import OutOfOrderSequenceNumber
 
 from processors.partitioner import partition_for
 from runtime.counters import Counters
+from runtime.errors import StopWithoutCommit
 from runtime.kafka.record_limits import REFUSALS, HeaderList, Headers, Limits, record_size
 from runtime.telemetry.tracing import TRACEPARENT
 
@@ -49,9 +50,10 @@ class UnknownTopicError(LookupError):
     pass
 
 
-class OutputsRefused(RuntimeError):
-    """The broker refused records, and these outputs cannot send them again by themselves (a
-    transactional producer, whose transaction must be aborted): `records` are the batch's."""
+class OutputsRefused(StopWithoutCommit):
+    """The broker refused records, and these outputs cannot send the rest again by themselves (a
+    transactional producer, whose transaction must be aborted): `records` are those of the refused
+    batches (not those that failed only because they came after one)."""
 
     def __init__(self, message: str, records: list[Output]):
         super().__init__(message)
@@ -184,8 +186,8 @@ class Outputs:
         self._inflight = [sent for sent in self._inflight if not sent.future.done() or self._failed(sent)]
 
     def discard(self) -> None:
-        """Drop batches not yet handed to the producer (their transaction aborted)."""
-        self._full, self._open, self._open_records = deque(), {}, {}
+        """Drop batches not yet handed to the producer, and forget those sent (their transaction aborted)."""
+        self._full, self._open, self._open_records, self._inflight = deque(), {}, {}, []
 
     def _acked(self, topic: str, partition: int, count: int, future: asyncio.Future[Any]) -> None:
         if future.cancelled() or future.exception() is not None:
@@ -206,7 +208,11 @@ class Outputs:
         waiting = list(self._inflight)
         while waiting:
             await asyncio.wait([sent.future for sent in waiting])
-            waiting = await self._send_again() if any([self._failed(sent) for sent in waiting]) else []
+            if not any([self._failed(sent) for sent in waiting]):
+                break
+            if self._on_refused is None:
+                raise self._refusal()
+            waiting = await self._send_again()
         self._inflight = [sent for sent in self._inflight if not sent.future.done() or self._failed(sent)]
 
     async def _send_again(self) -> list[_Sent]:
@@ -219,7 +225,7 @@ class Outputs:
             failed = [sent for sent in self._inflight if self._failed(sent)]
             if not failed:  # sent again by a commit before this one
                 return list(self._inflight)
-            assert self._renew is not None and self._on_refused is not None  # else _failed raised
+            assert self._renew is not None and self._on_refused is not None
             log.warning(
                 "the broker refused records in %d batches (%s); sending them again with a new producer",
                 len(failed), ", ".join(sorted({f"{sent.topic}[{sent.partition}]" for sent in failed})),
@@ -237,20 +243,65 @@ class Outputs:
         await self.producer.start()
 
     def _failed(self, sent: _Sent) -> bool:
-        """A done send: False when acknowledged, True when the broker refused records that these outputs
-        can send again; any other failure is raised."""
+        """A done send: False when acknowledged, True when the broker refused records (kept for
+        `wait_acked`); any other failure is raised."""
         error = sent.future.exception()
         if error is None:
             return False
         if not isinstance(error, REFUSALS + _NOT_WRITTEN):
             raise error
-        if self._renew is None or self._on_refused is None:
-            raise OutputsRefused(
-                f"the broker refused a batch of {len(sent.records)} records for {sent.topic}[{sent.partition}]: "
-                f"{type(error).__name__}: {error}",
-                sent.records,
-            ) from error
         return True
+
+    def _refusal(self) -> OutputsRefused:
+        refused = [sent for sent in self._inflight if isinstance(sent.future.exception(), REFUSALS)]
+        first = refused[0] if refused else self._inflight[0]
+        error = first.future.exception()
+        failure = OutputsRefused(
+            f"the broker refused a batch of {len(first.records)} records for {first.topic}[{first.partition}]: "
+            f"{type(error).__name__}: {error}",
+            [record for sent in refused for record in sent.records],
+        )
+        failure.__cause__ = error
+        return failure
+
+    async def probe(self, records: list[Output]) -> list[tuple[Output, Exception]]:
+        """Which of `records` the broker refuses: each is sent alone in a transaction that is then
+        aborted, by a new producer after each refusal (the old one cannot write to that partition)."""
+        assert self._renew is not None, "probing needs a way to renew the producer"
+        refused: list[tuple[Output, Exception]] = []
+        while records:
+            await self._renew_producer(self._renew)
+            await self.producer.begin_transaction()
+            self._full.extend((topic, partition, *batch) for topic, partition, batch in self._alone(records))
+            await self._flush()
+            sent, self._inflight = self._inflight, []
+            await asyncio.wait([attempt.future for attempt in sent])
+            await self.producer.abort_transaction()
+            self._counters.produced -= len(sent)
+            self.sent -= len(sent)
+            found = len(refused)
+            records = []
+            for attempt in sent:
+                error = attempt.future.exception()
+                if isinstance(error, REFUSALS):
+                    refused.append((attempt.records[0], error))
+                elif isinstance(error, _NOT_WRITTEN):  # after a refused one: tried again
+                    records.append(attempt.records[0])
+                elif error is not None:
+                    raise error
+            if records and len(refused) == found:
+                raise OutputsRefused("the broker refused records but none of them alone", records)
+        await self._renew_producer(self._renew)
+        return refused
+
+    def _alone(self, records: list[Output]) -> list[tuple[str, int, tuple[Any, list[Output]]]]:
+        """Each record in a batch of its own, to the partition it was sent to."""
+        alone = []
+        for record in records:
+            topic, key = record[0], record[1]
+            partition = partition_for(key, self._partition_counts[topic]) if key is not None else 0
+            alone.append((topic, partition, self._batches_of([record])[0]))
+        return alone
 
     def _send_each_again(self, failed: list[_Sent], on_refused: OnRefused) -> None:
         # Ahead of every batch appended since, which hold later records; a refused batch one record each.

@@ -76,6 +76,12 @@ def check_record(topic: str, key: bytes | None, value: bytes | None, headers: He
         )
 
 
+def broker_refusal(topic: str, key: bytes | None, value: bytes | None, headers: Headers, error: Exception) -> str:
+    """What the processing policy is told about an output the broker refused."""
+    size = record_size(key, value, headers)
+    return f"the broker refused an output for topic '{topic}' ({size:,} bytes): {type(error).__name__}: {error}"
+
+
 def _length(data: bytes | None) -> int:
     return 0 if data is None else len(data)
 

@@ -10,7 +10,7 @@ from typing import Any
 from processors.context import Context, Punctuation
 from processors.serdes import Serde
 from runtime.kafka.outputs import Headers, Output
-from runtime.kafka.record_limits import DEFAULT_MAX_REQUEST_SIZE, Limits, TopicLimits, check_record
+from runtime.kafka.record_limits import DEFAULT_MAX_REQUEST_SIZE, Limits, RecordRefused, TopicLimits, check_record
 from runtime.state.task_state import TaskState
 from runtime.telemetry.tracing import OutputContext, fields_of, with_fields
 from stores import KeyValueStore, ReadOnlyStore
@@ -54,14 +54,30 @@ class TaskContext(Context):
     # simply missing. A record whose key and value bytes stay within `plain_bytes` (at most a traceparent
     # besides) fits; a key-less one counts `keyless` (past `plain_bytes` when the topic needs a key).
     _encoders: dict[str, tuple[Encode, Encode, int, int, TopicLimits]] = field(init=False)
+    # Input records (topic, partition, offset) whose outputs the broker refused in a transaction that
+    # was aborted, with why: processed again, they fail when they send (every send takes the slow path).
+    _refused: dict[tuple[str, int, int], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._encoders = {}
         for topic in self._outputs_allowed:
             limits = self._limits.get(topic, _UNKNOWN_LIMITS)
             keyless = limits.plain_bytes + 1 if limits.needs_key else 0
+            plain_bytes = -1 if self._refused else limits.plain_bytes
             serdes = self._serdes[topic]
-            self._encoders[topic] = (serdes[0].serialize, serdes[1].serialize, limits.plain_bytes, keyless, limits)
+            self._encoders[topic] = (serdes[0].serialize, serdes[1].serialize, plain_bytes, keyless, limits)
+
+    def refuse(self, refusals: Mapping[tuple[str, int, int], str]) -> None:
+        """The outputs of these input records were refused: when processed again, they fail in `send`."""
+        self._refused.update(refusals)
+        self.__post_init__()
+
+    def forget_refusals(self, committed: Mapping[tuple[str, int], int]) -> None:
+        """Refusals of input records below the committed offsets are done with."""
+        kept = {where: why for where, why in self._refused.items() if where[2] >= committed.get(where[:2], 0)}
+        if len(kept) < len(self._refused):
+            self._refused = kept
+            self.__post_init__()
 
     @property
     def app_id(self) -> str:
@@ -107,6 +123,11 @@ class TaskContext(Context):
         if (keyless if key_bytes is None else len(key_bytes)) + (0 if value_bytes is None else len(value_bytes)) > (
             plain_bytes
         ) or (carried and carried.__class__ is not bytes):
+            source = self.source
+            if source is not None and self._refused:
+                refusal = self._refused.get((source.topic, source.partition, source.offset))
+                if refusal is not None:
+                    raise RecordRefused(refusal)
             check_record(topic, key_bytes, value_bytes, carried, limits)
         self.pending.append((topic, key_bytes, value_bytes, carried, None, self.source, self._processor_name))
 

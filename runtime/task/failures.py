@@ -16,7 +16,13 @@ from runtime.config import ErrorPolicy
 from runtime.counters import Counters
 from runtime.errors import StopAfterCommit, StopWithoutCommit
 from runtime.kafka.outputs import Output, Outputs
-from runtime.kafka.record_limits import DEFAULT_MAX_REQUEST_SIZE, HeaderList, RecordRefused, record_size
+from runtime.kafka.record_limits import (
+    DEFAULT_MAX_REQUEST_SIZE,
+    HeaderList,
+    RecordRefused,
+    broker_refusal,
+    record_size,
+)
 from runtime.kafka.unparseable import UnparseableRecordError
 
 log = logging.getLogger(__name__)
@@ -80,9 +86,7 @@ class FailureHandler:
             raw.key, raw.value, raw.headers, self.error_headers(stage, processor, raw, error),
             self._dead_letter_max_bytes,
         )  # fmt: skip
-        outputs.append(
-            self._dead_letter_topic, key, value, headers, timestamp_ms=raw.timestamp, source=raw, processor=processor
-        )
+        outputs.append(self._dead_letter_topic, key, value, headers, timestamp_ms=raw.timestamp, processor=processor)
         self._counters.dead_lettered += 1
         log.warning("dead-lettered record %s (%s failed in '%s'): %r", where, stage, processor, error)
         if headers[-1][0] == TRUNCATED:
@@ -93,13 +97,11 @@ class FailureHandler:
         topic, key, value, headers, _, raw, processor = output
         size = record_size(key, value, headers)
         if raw is None or topic == self._dead_letter_topic:
-            what = "a dead letter" if raw is not None else "a record"
+            what = "a dead letter" if topic == self._dead_letter_topic else "a record"
             raise OutputRefused(
                 f"the broker refused {what} for topic '{topic}' ({size:,} bytes): {type(error).__name__}: {error}"
             ) from error
-        refusal = RecordRefused(
-            f"the broker refused an output for topic '{topic}' ({size:,} bytes): {type(error).__name__}: {error}"
-        )
+        refusal = RecordRefused(broker_refusal(topic, key, value, headers, error))
         refusal.__cause__ = error  # the dead letter's stack trace shows the client's
         if self.stops_on(Stage.PROCESSING):
             raise OutputRefused(

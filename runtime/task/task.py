@@ -157,6 +157,15 @@ class Task:
         self._context.pending.clear()
         self._services.on_dequeue(self)
 
+    def refuse(self, refusals: Mapping[tuple[str, int, int], str]) -> None:
+        """The broker refused outputs of these input records (topic, partition, offset) in a transaction
+        that was aborted: when they are processed again, the processing policy gets them instead."""
+        self._context.refuse(refusals)
+
+    def committed(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Refusals of records below `offsets` are done with."""
+        self._context.forget_refusals({(tp.topic, tp.partition): offset for tp, offset in offsets.items()})
+
     def mark_caught_up(self, tp: TopicPartition, end: int) -> None:
         """Every record below `end` was processed (gaps are compaction or transaction markers)."""
         self.next_offsets[tp] = max(self.next_offsets.get(tp, 0), end)

@@ -9,6 +9,7 @@ stops every task, commits what may be committed (`Outcome.commits_at_stop`), and
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Coroutine
@@ -152,10 +153,12 @@ class Worker:
             if shared is not None:
                 return shared
             name = f"{config.app_id}-{task_id.processor}-{task_id.partition}"
-            transactional = self._clients.producer(
-                transactional_id=name, transaction_timeout_ms=config.transaction_timeout_ms, client_id=name
-            )
-            return Outputs(transactional, partition_counts, counters, self._limits)
+            transactional = functools.partial(
+                self._clients.producer,
+                transactional_id=name, transaction_timeout_ms=config.transaction_timeout_ms, client_id=name,
+            )  # fmt: skip
+            # A new producer, with the same transactional id, after the broker refused records.
+            return Outputs(transactional(), partition_counts, counters, self._limits, renew=transactional)
 
         def spawn(work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
             return group.create_task(work, name=name)

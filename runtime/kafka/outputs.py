@@ -6,9 +6,11 @@ record the runtime writes (outputs, dead letters, changelogs) goes through here.
 A batch's records are kept until the broker acknowledged it. When the broker refuses a record
 (too large, a bad timestamp, corrupt: see `REFUSALS`), its whole batch fails, and so does every later
 batch of that partition (aiokafka leaves the idempotent producer's sequence numbers behind the refused
-batch). With a way to renew the producer, `wait_acked` then starts a new one and sends those records
-again, a refused batch one record at a time, so that only the refused records go to the error policy,
-and no other is lost or written twice.
+batch). With an error policy to call (`on_refused`), `wait_acked` then starts a new producer and
+sends those records again, a refused batch one record at a time, so that only the refused records go
+to the policy, and no other is lost or written twice. A transactional producer cannot send again
+inside its transaction: `wait_acked` raises `OutputsRefused`, the transaction is aborted, and `probe`
+finds which records the broker refuses.
 """
 
 from __future__ import annotations
@@ -295,7 +297,8 @@ class Outputs:
         return refused
 
     def _alone(self, records: list[Output]) -> list[tuple[str, int, tuple[Any, list[Output]]]]:
-        """Each record in a batch of its own, to the partition it was sent to."""
+        """Each record in a batch of its own, to its key's partition (a key-less one to partition 0: the
+        topic's limits are the same for every partition)."""
         alone = []
         for record in records:
             topic, key = record[0], record[1]

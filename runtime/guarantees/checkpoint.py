@@ -18,8 +18,10 @@ appear as comments where each step is done):
      processing meanwhile: outputs released after 1.4 belong to later offsets.
    - at-most-once: as at-least-once, but its offsets were committed before each batch was processed;
    - exactly-once (`transactions.py`): for each task, hand its batches to its transactional
-     producer, add its offsets to its transaction and commit it, while the task still waits; a
-     transaction that fails is aborted and its work redone from the offsets committed before.
+     producer, wait until the broker acknowledged them, add its offsets to its transaction and commit
+     it, while the task still waits; a transaction that fails is aborted and its work redone from the
+     offsets committed before (when the broker refused an output, with that record's input going to
+     the processing policy).
 3. Post-commit, for each task whose commit succeeded: its stores write their data together with the
    changelog offset it reaches (`TaskState.flush`), so a store is never ahead of its changelog.
 """

@@ -21,6 +21,8 @@ from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
 from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit, TaskLost
 from runtime.guarantees.checkpoint import Committed
+from runtime.kafka.outputs import OutputsRefused
+from runtime.kafka.record_limits import broker_refusal
 from runtime.task.task import Checkpoint, CommitBeforeProcessing, Task
 from runtime.telemetry import Telemetry
 from runtime.telemetry.metrics import TASK
@@ -135,7 +137,8 @@ class ExactlyOnce:
         started = time.monotonic()
         try:
             with self._telemetry.tracer.span("commit transaction", {TASK: str(task.id)}):
-                await task.outputs.flush()
+                # Every batch acknowledged first: aiokafka commits a transaction without those refused.
+                await task.outputs.wait_acked()
                 changed = {tp: offset for tp, offset in offsets.items() if self._committed[task].get(tp) != offset}
                 if changed:
                     await producer.send_offsets_to_transaction(changed, self._group_id)
@@ -143,6 +146,8 @@ class ExactlyOnce:
         except FENCED as error:
             self._fenced(task, error)
             return _Outcome.LOST
+        except OutputsRefused as refused:
+            return await self._redo_without(task, refused)
         except KafkaError as error:
             log.warning("transaction of task %s failed to commit (%r): aborting and redoing its work", task.id, error)
             try:
@@ -157,8 +162,35 @@ class ExactlyOnce:
         if self._telemetry.metrics.enabled:
             self._telemetry.metrics.record_commit(elapsed * 1000, transactional=True)
         self._committed[task].update(offsets)
+        task.committed(offsets)
         await self._begin(task)
         return _Outcome.COMMITTED
+
+    async def _redo_without(self, task: Task, refused: OutputsRefused) -> _Outcome:
+        """The broker refused outputs: abort, find which (each alone, in transactions aborted too), and
+        redo the work, with the input records of those going to the processing policy."""
+        log.warning("transaction of task %s: %s; aborting it, finding the refused records, redoing its work",
+                    task.id, refused)  # fmt: skip
+        try:
+            await self._abort(task, rewind=False)
+            found = await task.outputs.probe(refused.records)
+        except TaskLost:
+            return _Outcome.LOST
+        except FENCED as error:
+            self._fenced(task, error)
+            return _Outcome.LOST
+        task.refuse({
+            (raw.topic, raw.partition, raw.offset): broker_refusal(*output[:4], error)
+            for output, error in found if (raw := output[5]) is not None
+        })  # fmt: skip
+        if any(output[5] is None for output, _ in found):
+            raise StopWithoutCommit(
+                f"task {task.id}: the broker refused a record no input record sent (a changelog record, a dead "
+                f"letter or the output of a punctuation or a flush): {found[0][1]!r}"
+            )
+        self._rewind(task, self._committed[task])
+        await self._begin(task)
+        return _Outcome.REDONE
 
     async def _abort(self, task: Task, rewind: bool) -> None:
         self._counters.aborted_transactions += 1

@@ -2,6 +2,15 @@
 
 Per-record `send()` costs ~15x more than `create_batch()` + `send_batch()` in aiokafka, so every
 record the runtime writes (outputs, dead letters, changelogs) goes through here.
+
+A batch's records are kept until the broker acknowledged it. When the broker refuses a record
+(too large, a bad timestamp, corrupt: see `REFUSALS`), its whole batch fails, and so does every later
+batch of that partition (aiokafka leaves the idempotent producer's sequence numbers behind the refused
+batch). With an error policy to call (`on_refused`), `wait_acked` then starts a new producer and
+sends those records again, a refused batch one record at a time, so that only the refused records go
+to the policy, and no other is lost or written twice. A transactional producer cannot send again
+inside its transaction: `wait_acked` raises `OutputsRefused`, the transaction is aborted, and `probe`
+finds which records the broker refuses.
 """
 
 from __future__ import annotations
@@ -9,37 +18,85 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-from collections.abc import Iterable, Sequence
-from typing import Any
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import OutOfOrderSequenceNumber
 
 from runtime.counters import Counters
-from runtime.telemetry.trace_headers import TRACEPARENT, TRACEPARENT_CLASS
+from runtime.errors import StopWithoutCommit
+from runtime.kafka.record_limits import REFUSALS, HeaderList, Headers, Limits, record_size
+from runtime.telemetry.trace_headers import TRACEPARENT, TRACEPARENT_CLASS, fields_of
 from stores.partitioner import partition_for
 
-HeaderList = Sequence[tuple[str, bytes]]
-Headers = HeaderList | bytes
-"""A record's headers; bytes are a `traceparent` value, its only header (a traced record's output)."""
+__all__ = ["HeaderList", "Headers", "Output", "Outputs", "OutputsRefused", "UnknownTopicError"]
+
+log = logging.getLogger(__name__)
+
+# (topic, key, value, headers, timestamp, source, processor), encoded: a plain tuple, since one is
+# built per output record. `source` is the input record it came from (None for changelog records and
+# punctuations), so that a record the broker refuses goes to the error policy as that input's failure.
+Output = tuple[str, bytes | None, bytes | None, Headers, int | None, Any, str]
+OnRefused = Callable[[Output, Exception, "Outputs"], None]
+
 _NO_HEADERS: list[tuple[str, bytes]] = []  # shared: the batch builder only reads it
+_BATCH_HEADER = 61  # bytes of a v2 record batch's header, counted in every record_size()
+# A batch the broker took no record of, whose records can be sent again as they are.
+_NOT_WRITTEN = (OutOfOrderSequenceNumber,)
 
 
 class UnknownTopicError(LookupError):
     pass
 
 
-class Outputs:
-    """Batches per (topic, partition); `flush` hands them to the producer, `wait_acked` awaits the acks."""
+class OutputsRefused(StopWithoutCommit):
+    """The broker refused records, and these outputs cannot send the rest again by themselves (a
+    transactional producer, whose transaction must be aborted): `records` are those of the refused
+    batches (not those that failed only because they came after one)."""
 
-    def __init__(self, producer: AIOKafkaProducer, partition_counts: dict[str, int], counters: Counters):
+    def __init__(self, message: str, records: list[Output]):
+        super().__init__(message)
+        self.records = records
+
+
+class _Sent(NamedTuple):
+    future: asyncio.Future[Any]
+    topic: str
+    partition: int
+    records: list[Output]
+
+
+class Outputs:
+    """Batches per (topic, partition); `flush` hands them to the producer, `wait_acked` awaits the acks.
+
+    `renew` builds a producer like the first one, to replace it after a refusal; `on_refused` is the
+    error policy for a refused record (it may append a dead letter, or raise).
+    """
+
+    def __init__(
+        self,
+        producer: AIOKafkaProducer,
+        partition_counts: dict[str, int],
+        counters: Counters,
+        limits: Limits | None = None,
+        renew: Callable[[], AIOKafkaProducer] | None = None,
+        on_refused: OnRefused | None = None,
+    ):
         self.producer = producer
         self.sent = 0
+        self.limits: Limits = limits or {}
         self._partition_counts = partition_counts
         self._counters = counters
+        self._renew = renew
+        self._on_refused = on_refused
         self._open: dict[tuple[str, int], Any] = {}
-        self._open_counts: dict[tuple[str, int], int] = {}
-        self._full: list[tuple[str, int, Any, int]] = []
-        self._inflight: list[asyncio.Future[Any]] = []
+        self._open_records: dict[tuple[str, int], list[Output]] = {}
+        self._full: deque[tuple[str, int, Any, list[Output]]] = deque()
+        self._inflight: list[_Sent] = []
+        self._renewing = asyncio.Lock()  # tasks flush while the commit cycle sends refused batches again
         self._round_robin = itertools.count()
         self._traceparent: list[tuple[str, bytes]] = [(TRACEPARENT, b"")]
         self.acked_ends: dict[tuple[str, int], int] = {}
@@ -58,11 +115,26 @@ class Outputs:
         headers: Headers = (),
         partition: int | None = None,
         timestamp_ms: int | None = None,
+        source: Any = None,
+        processor: str = "",
     ) -> None:
         if partition is None:
             count = self.partitions(topic)
             partition = partition_for(key, count) if key is not None else next(self._round_robin) % count
-        target = (topic, partition)
+        self._add((topic, partition), (topic, key, value, headers, timestamp_ms, source, processor))
+
+    def append_all(self, records: Iterable[Output]) -> None:
+        """Append output records, each to its partition by Kafka's partitioner."""
+        add, counts, round_robin = self._add, self._partition_counts, self._round_robin
+        for record in records:
+            topic, key = record[0], record[1]
+            if key is None:
+                add((topic, next(round_robin) % self.partitions(topic)), record)
+            else:
+                add((topic, partition_for(key, counts[topic])), record)
+
+    def _add(self, target: tuple[str, int], record: Output) -> None:
+        _, key, value, headers, timestamp_ms, _, _ = record
         # aiokafka's batch builder takes lists only, and only reads them (it encodes them right away),
         # so a traceparent goes in a list kept for it.
         kind = headers.__class__
@@ -75,45 +147,49 @@ class Outputs:
         builder = self._open.get(target)
         if builder is not None and builder.append(timestamp=timestamp_ms, key=key, value=value,
                                                   headers=header_list) is not None:  # fmt: skip
-            self._open_counts[target] += 1  # the common case: the open batch has room
+            self._open_records[target].append(record)  # the common case: the open batch has room
             return
         if builder is not None:  # full: it goes out with the next flush
-            self._full.append((topic, partition, builder, self._open_counts[target]))
+            self._full.append((*target, builder, self._open_records[target]))
         builder = self._open[target] = self.producer.create_batch()
         builder.append(timestamp=timestamp_ms, key=key, value=value, headers=header_list)
-        self._open_counts[target] = 1
-
-    def append_all(self, records: Iterable[tuple[str, bytes | None, bytes | None, Headers]]) -> None:
-        """Append (topic, key, value, headers) records, each to its partition by Kafka's partitioner."""
-        append, counts = self.append, self._partition_counts
-        for topic, key, value, headers in records:
-            if key is None:
-                append(topic, key, value, headers)
-            else:
-                append(topic, key, value, headers, partition_for(key, counts[topic]))
+        self._open_records[target] = [record]
 
     @property
     def pending(self) -> int:
         """Records appended but not yet handed to the producer."""
-        return sum(self._open_counts.values()) + sum(count for *_, count in self._full)
+        return sum(map(len, self._open_records.values())) + sum(len(records) for *_, records in self._full)
 
     async def flush(self) -> None:
         """Hand every batch to the producer (returns once they are queued, not acknowledged)."""
-        batches = self._full
-        batches.extend((topic, partition, builder, self._open_counts[(topic, partition)])
-                       for (topic, partition), builder in self._open.items())  # fmt: skip
-        self._full, self._open, self._open_counts = [], {}, {}
-        for topic, partition, builder, count in batches:
+        async with self._renewing:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        # A batch leaves `_full` only once the producer has it: a commit cancelled meanwhile loses none.
+        full = self._full
+        full.extend((*target, builder, self._open_records[target]) for target, builder in self._open.items())
+        self._open, self._open_records = {}, {}
+        while full:
+            topic, partition, builder, records = full[0]
+            limits = self.limits.get(topic)
+            if limits is not None and len(records) > 1 and builder.size() > limits.max_bytes:
+                full.popleft()  # the producer's batches outgrow the topic: smaller ones, in order
+                parts = [(topic, partition, *batch) for part in self._split(records, limits.max_bytes)
+                         for batch in self._batches_of(part)]  # fmt: skip
+                full.extendleft(reversed(parts))
+                continue
             future = await self.producer.send_batch(builder, topic, partition=partition)
-            future.add_done_callback(functools.partial(self._acked, topic, partition, count))
-            self._inflight.append(future)
-            self._counters.produced += count
-            self.sent += count
-        self._inflight = [future for future in self._inflight if not future.done() or _raise_if_failed(future)]
+            full.popleft()
+            future.add_done_callback(functools.partial(self._acked, topic, partition, len(records)))
+            self._inflight.append(_Sent(future, topic, partition, records))
+            self._counters.produced += len(records)
+            self.sent += len(records)
+        self._inflight = [sent for sent in self._inflight if not sent.future.done() or self._failed(sent)]
 
     def discard(self) -> None:
-        """Drop batches not yet handed to the producer (their transaction aborted)."""
-        self._full, self._open, self._open_counts = [], {}, {}
+        """Drop batches not yet handed to the producer, and forget those sent (their transaction aborted)."""
+        self._full, self._open, self._open_records, self._inflight = deque(), {}, {}, []
 
     def _acked(self, topic: str, partition: int, count: int, future: asyncio.Future[Any]) -> None:
         if future.cancelled() or future.exception() is not None:
@@ -124,13 +200,152 @@ class Outputs:
             self.acked_ends[target] = end
 
     async def wait_acked(self) -> None:
-        """Flush, then wait until the broker acknowledged everything sent so far; raise if any failed."""
+        """Flush, then wait until the broker acknowledged everything sent so far; raise if any failed.
+
+        Records the broker refused go to `on_refused`, and the records sent with them are sent again.
+        Batches stay in `_inflight` until they are acknowledged or sent again, so a commit cancelled
+        half-way leaves them to the next one.
+        """
         await self.flush()
-        inflight, self._inflight = self._inflight, []
-        if inflight:
-            await asyncio.gather(*inflight)
+        waiting = list(self._inflight)
+        while waiting:
+            await asyncio.wait([sent.future for sent in waiting])
+            if not any([self._failed(sent) for sent in waiting]):
+                break
+            if self._on_refused is None:
+                raise self._refusal()
+            waiting = await self._send_again()
+        self._inflight = [sent for sent in self._inflight if not sent.future.done() or self._failed(sent)]
 
+    async def _send_again(self) -> list[_Sent]:
+        """A new producer sends what was not written, a refused batch one record at a time, and a record
+        refused alone goes to the error policy; returns the batches sent."""
+        async with self._renewing:
+            # Batches the tasks sent meanwhile, through the same producer, come after the refused ones.
+            if self._inflight:
+                await asyncio.wait([sent.future for sent in self._inflight])
+            failed = [sent for sent in self._inflight if self._failed(sent)]
+            if not failed:  # sent again by a commit before this one
+                return list(self._inflight)
+            assert self._renew is not None and self._on_refused is not None
+            log.warning(
+                "the broker refused records in %d batches (%s); sending them again with a new producer",
+                len(failed), ", ".join(sorted({f"{sent.topic}[{sent.partition}]" for sent in failed})),
+            )  # fmt: skip
+            await asyncio.shield(self._renew_producer(self._renew))
+            self._inflight = []
+            self._send_each_again(failed, self._on_refused)
+            await self._flush()
+            return list(self._inflight)
 
-def _raise_if_failed(future: asyncio.Future[Any]) -> bool:
-    future.result()
-    return False
+    async def _renew_producer(self, renew: Callable[[], AIOKafkaProducer]) -> None:
+        """The old producer's sequence numbers are behind the broker's: it cannot write to those partitions."""
+        old, self.producer = self.producer, renew()
+        await old.stop()
+        await self.producer.start()
+
+    def _failed(self, sent: _Sent) -> bool:
+        """A done send: False when acknowledged, True when the broker refused records (kept for
+        `wait_acked`); any other failure is raised."""
+        error = sent.future.exception()
+        if error is None:
+            return False
+        if not isinstance(error, REFUSALS + _NOT_WRITTEN):
+            raise error
+        return True
+
+    def _refusal(self) -> OutputsRefused:
+        refused = [sent for sent in self._inflight if isinstance(sent.future.exception(), REFUSALS)]
+        first = refused[0] if refused else self._inflight[0]
+        error = first.future.exception()
+        failure = OutputsRefused(
+            f"the broker refused a batch of {len(first.records)} records for {first.topic}[{first.partition}]: "
+            f"{type(error).__name__}: {error}",
+            [record for sent in refused for record in sent.records],
+        )
+        failure.__cause__ = error
+        return failure
+
+    async def probe(self, records: list[Output]) -> list[tuple[Output, Exception]]:
+        """Which of `records` the broker refuses: each is sent alone in a transaction that is then
+        aborted, by a new producer after each refusal (the old one cannot write to that partition)."""
+        assert self._renew is not None, "probing needs a way to renew the producer"
+        refused: list[tuple[Output, Exception]] = []
+        while records:
+            await self._renew_producer(self._renew)
+            await self.producer.begin_transaction()
+            self._full.extend((topic, partition, *batch) for topic, partition, batch in self._alone(records))
+            await self._flush()
+            sent, self._inflight = self._inflight, []
+            await asyncio.wait([attempt.future for attempt in sent])
+            await self.producer.abort_transaction()
+            self._counters.produced -= len(sent)
+            self.sent -= len(sent)
+            found = len(refused)
+            records = []
+            for attempt in sent:
+                error = attempt.future.exception()
+                if isinstance(error, REFUSALS):
+                    refused.append((attempt.records[0], error))
+                elif isinstance(error, _NOT_WRITTEN):  # after a refused one: tried again
+                    records.append(attempt.records[0])
+                elif error is not None:
+                    raise error
+            if records and len(refused) == found:
+                raise OutputsRefused("the broker refused records but none of them alone", records)
+        await self._renew_producer(self._renew)
+        return refused
+
+    def _alone(self, records: list[Output]) -> list[tuple[str, int, tuple[Any, list[Output]]]]:
+        """Each record in a batch of its own, to its key's partition (a key-less one to partition 0: the
+        topic's limits are the same for every partition)."""
+        alone = []
+        for record in records:
+            topic, key = record[0], record[1]
+            partition = partition_for(key, self._partition_counts[topic]) if key is not None else 0
+            alone.append((topic, partition, self._batches_of([record])[0]))
+        return alone
+
+    def _send_each_again(self, failed: list[_Sent], on_refused: OnRefused) -> None:
+        # Ahead of every batch appended since, which hold later records; a refused batch one record each.
+        again: list[tuple[str, int, Any, list[Output]]] = []
+        for sent in failed:
+            error = sent.future.exception()
+            assert isinstance(error, Exception)
+            self._counters.produced -= len(sent.records)
+            self.sent -= len(sent.records)
+            if len(sent.records) == 1 and not isinstance(error, _NOT_WRITTEN):
+                on_refused(sent.records[0], error, self)
+                continue
+            parts = [sent.records] if isinstance(error, _NOT_WRITTEN) else [[record] for record in sent.records]
+            again.extend((sent.topic, sent.partition, *batch) for part in parts for batch in self._batches_of(part))
+        self._full.extendleft(reversed(again))
+
+    def _batches_of(self, records: list[Output]) -> list[tuple[Any, list[Output]]]:
+        """New batches holding `records`, in order."""
+        batches: list[tuple[Any, list[Output]]] = []
+        for record in records:
+            _, key, value, headers, timestamp_ms, _, _ = record
+            header_list = fields_of(headers) if isinstance(headers, TRACEPARENT_CLASS) else list(headers)
+            if batches and batches[-1][0].append(timestamp=timestamp_ms, key=key, value=value,
+                                                 headers=header_list) is not None:  # fmt: skip
+                batches[-1][1].append(record)
+                continue
+            builder = self.producer.create_batch()
+            builder.append(timestamp=timestamp_ms, key=key, value=value, headers=header_list)
+            batches.append((builder, [record]))
+        return batches
+
+    @staticmethod
+    def _split(records: list[Output], max_bytes: int) -> list[list[Output]]:
+        """Records in runs whose batch stays within `max_bytes` (each record fits alone: `send` checked)."""
+        parts: list[list[Output]] = [[]]
+        size = _BATCH_HEADER
+        for record in records:
+            grows = record_size(record[1], record[2], record[3]) - _BATCH_HEADER
+            if parts[-1] and size + grows > max_bytes:
+                parts.append([])
+                size = _BATCH_HEADER
+            parts[-1].append(record)
+            size += grows
+        return parts

@@ -7,8 +7,10 @@ import logging
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from runtime.config import AppConfig, ConfigError, TopicConfig
+from runtime.kafka.record_limits import DEFAULT_MAX_REQUEST_SIZE, Limits, TopicLimits
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +26,34 @@ async def describe_partitions(admin: AIOKafkaAdminClient, topics: list[str]) -> 
     """Partition counts of the topics that exist."""
     described: list[dict[str, Any]] = await admin.describe_topics(topics)
     return {entry["topic"]: len(entry["partitions"]) for entry in described if entry["error_code"] == 0}
+
+
+async def describe_limits(admin: AIOKafkaAdminClient, config: AppConfig, topics: list[str]) -> Limits:
+    """What each topic takes from the app's producer (read once at start: the broker's answer to a record
+    above it would fail its whole batch). The broker checks a compressed batch after compression, so
+    with compression only the producer's own `max_request_size` bounds a record here."""
+    producer = {**config.kafka.client, **config.kafka.producer}
+    max_request_size = int(producer.get("max_request_size", DEFAULT_MAX_REQUEST_SIZE))
+    compressed = producer.get("compression_type") not in (None, "none")
+    wanted = {"max.message.bytes": None, "cleanup.policy": None}
+    resources = [ConfigResource(ConfigResourceType.TOPIC, topic, wanted) for topic in topics]
+    limits: dict[str, TopicLimits] = {}
+    for response in await admin.describe_configs(resources) if resources else []:
+        for code, message, _, topic, entries in response.resources:
+            if code != 0:
+                log.warning(
+                    "the configuration of topic %s could not be read (%s, error %d): its records are checked "
+                    "against the producer's max_request_size only", topic, message, code,
+                )  # fmt: skip
+                limits[topic] = TopicLimits(max_request_size)
+                continue
+            configs = {entry[0]: entry[1] for entry in entries}
+            max_bytes = max_request_size
+            if not compressed and configs.get("max.message.bytes"):
+                max_bytes = min(max_bytes, int(configs["max.message.bytes"]))
+            compacted = "compact" in str(configs.get("cleanup.policy", "")).split(",")
+            limits[topic] = TopicLimits(max_bytes, needs_key=compacted)
+    return limits
 
 
 async def ensure_topics(admin: AIOKafkaAdminClient, config: AppConfig) -> dict[str, int]:

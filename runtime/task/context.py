@@ -9,9 +9,10 @@ from typing import Any
 
 from processors.context import Context, Punctuation
 from processors.serdes import Serde
-from runtime.kafka.outputs import Headers
+from runtime.kafka.outputs import Headers, Output
+from runtime.kafka.record_limits import DEFAULT_MAX_REQUEST_SIZE, Limits, RecordRefused, TopicLimits, check_record
 from runtime.state.task_state import TaskState
-from runtime.telemetry.trace_headers import UNTRACED_CLASS, OutputContext, fields_of
+from runtime.telemetry.trace_headers import TRACEPARENT_CLASS, UNTRACED_CLASS, OutputContext, fields_of
 from runtime.telemetry.tracing import with_fields
 from stores import KeyValueStore, ReadOnlyStore
 
@@ -26,8 +27,8 @@ class Punctuator:
     due: float
 
 
-# (topic, key, value, headers), encoded: a plain tuple, since one is built per output record.
-PendingOutput = tuple[str, bytes | None, bytes | None, Headers]
+PendingOutput = Output
+_UNKNOWN_LIMITS = TopicLimits(DEFAULT_MAX_REQUEST_SIZE)  # a topic not described: the producer's default
 
 
 @dataclass
@@ -42,18 +43,42 @@ class TaskContext(Context):
     _serdes: TopicSerdes
     _global_stores: Mapping[str, ReadOnlyStore]
     _state: TaskState | None = None
+    _limits: Limits = field(default_factory=dict)
     pending: list[PendingOutput] = field(default_factory=list)
+    # The input record being processed, which its outputs name (for the error policy, should the
+    # broker refuse one); None in punctuations.
+    source: Any = None
     # The trace context of the record being processed, which `send` gives its outputs (when traced).
     trace_fields: OutputContext | tuple[()] = ()
     punctuators: list[Punctuator] = field(default_factory=list)
-    # One lookup per `send` finds both encoders, and an output not declared is simply missing.
-    _encoders: dict[str, tuple[Encode, Encode]] = field(init=False)
+    # One lookup per `send` finds both encoders and the topic's limits, and an output not declared is
+    # simply missing. A record whose key and value bytes stay within `plain_bytes` (at most a traceparent
+    # besides) fits; a key-less one counts `keyless` (past `plain_bytes` when the topic needs a key).
+    _encoders: dict[str, tuple[Encode, Encode, int, int, TopicLimits]] = field(init=False)
+    # Input records (topic, partition, offset) whose outputs the broker refused in a transaction that
+    # was aborted, with why: processed again, they fail when they send (every send takes the slow path).
+    _refused: dict[tuple[str, int, int], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._encoders = {
-            topic: (self._serdes[topic][0].serialize, self._serdes[topic][1].serialize)
-            for topic in self._outputs_allowed
-        }
+        self._encoders = {}
+        for topic in self._outputs_allowed:
+            limits = self._limits.get(topic, _UNKNOWN_LIMITS)
+            keyless = limits.plain_bytes + 1 if limits.needs_key else 0
+            plain_bytes = -1 if self._refused else limits.plain_bytes
+            serdes = self._serdes[topic]
+            self._encoders[topic] = (serdes[0].serialize, serdes[1].serialize, plain_bytes, keyless, limits)
+
+    def refuse(self, refusals: Mapping[tuple[str, int, int], str]) -> None:
+        """The outputs of these input records were refused: when processed again, they fail in `send`."""
+        self._refused.update(refusals)
+        self.__post_init__()
+
+    def forget_refusals(self, committed: Mapping[tuple[str, int], int]) -> None:
+        """Refusals of input records below the committed offsets are done with."""
+        kept = {where: why for where, why in self._refused.items() if where[2] >= committed.get(where[:2], 0)}
+        if len(kept) < len(self._refused):
+            self._refused = kept
+            self.__post_init__()
 
     @property
     def app_id(self) -> str:
@@ -79,7 +104,7 @@ class TaskContext(Context):
         headers: Sequence[tuple[str, bytes]] | None = None,
     ) -> None:
         try:
-            encode_key, encode_value = self._encoders[topic]
+            encode_key, encode_value, plain_bytes, keyless, limits = self._encoders[topic]
         except KeyError:
             raise ValueError(
                 f"processor '{self._processor_name}' sent to '{topic}', which is not among its outputs "
@@ -93,9 +118,19 @@ class TaskContext(Context):
             carried = with_fields(headers, fields_of(trace_fields))
         else:
             carried = headers
-        self.pending.append(
-            (topic, None if key is None else encode_key(key), None if value is None else encode_value(value), carried)
-        )
+        key_bytes = None if key is None else encode_key(key)
+        value_bytes = None if value is None else encode_value(value)
+        # Cheap bounds first: most records are far below the limit and carry no headers of their own.
+        if (keyless if key_bytes is None else len(key_bytes)) + (0 if value_bytes is None else len(value_bytes)) > (
+            plain_bytes
+        ) or (carried and carried.__class__ is not TRACEPARENT_CLASS):
+            source = self.source
+            if source is not None and self._refused:
+                refusal = self._refused.get((source.topic, source.partition, source.offset))
+                if refusal is not None:
+                    raise RecordRefused(refusal)
+            check_record(topic, key_bytes, value_bytes, carried, limits)
+        self.pending.append((topic, key_bytes, value_bytes, carried, None, self.source, self._processor_name))
 
     def store(self, name: str) -> KeyValueStore:
         entry = self._state.stores.get(name) if self._state is not None else None

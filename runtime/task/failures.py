@@ -1,4 +1,9 @@
-"""Error policies for undecodable records and processor exceptions: fail, skip or dead-letter."""
+"""Error policies for undecodable records, processor exceptions and refused outputs: fail, skip or dead-letter.
+
+A dead letter is the input record with headers saying what went wrong, so it can be larger than the
+input, and larger than the dead-letter topic takes: it is then cut down to fit (value first, then key),
+with a header giving the original sizes, rather than being refused and stopping the worker.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,15 @@ from typing import Any
 
 from runtime.config import ErrorPolicy
 from runtime.counters import Counters
-from runtime.errors import StopAfterCommit
-from runtime.kafka.outputs import Outputs
+from runtime.errors import StopAfterCommit, StopWithoutCommit
+from runtime.kafka.outputs import Output, Outputs
+from runtime.kafka.record_limits import (
+    DEFAULT_MAX_REQUEST_SIZE,
+    HeaderList,
+    RecordRefused,
+    broker_refusal,
+    record_size,
+)
 from runtime.kafka.unparseable import UnparseableRecordError
 
 log = logging.getLogger(__name__)
@@ -22,8 +34,18 @@ class Stage(StrEnum):
     GLOBAL_STORE = "global-store update"
 
 
+TRUNCATED = "error.truncated"
+# The error headers cut last, and only when the record does not fit without its own headers.
+_LONG_ERROR_HEADERS = ("error.stacktrace", "error.message")
+
+
 class RecordFailed(StopAfterCommit):
     """A record failed under the `fail` policy: the worker stops without committing past it."""
+
+
+class OutputRefused(StopWithoutCommit):
+    """The broker refused an output or a dead letter after the input's offset moved on: the worker stops
+    and commits nothing since its last commit, so the input is processed again when it restarts."""
 
 
 class FailureHandler:
@@ -35,11 +57,13 @@ class FailureHandler:
         policies: dict[Stage, ErrorPolicy],
         dead_letter_topic: str,
         counters: Counters,
+        dead_letter_max_bytes: int = DEFAULT_MAX_REQUEST_SIZE,
     ):
         self._app_id = app_id
         self._policies = policies
         self._dead_letter_topic = dead_letter_topic
         self._counters = counters
+        self._dead_letter_max_bytes = dead_letter_max_bytes
 
     def stops_on(self, stage: Stage) -> bool:
         """Whether a failure at `stage` stops the worker (the `fail` policy)."""
@@ -58,15 +82,33 @@ class FailureHandler:
             return
         if isinstance(error, UnparseableRecordError):
             raw = error.recovered  # the record as fetched cannot be read: this is what its bytes still hold
-        outputs.append(
-            self._dead_letter_topic,
-            raw.key,
-            raw.value,
-            headers=[*raw.headers, *self.error_headers(stage, processor, raw, error)],
-            timestamp_ms=raw.timestamp,
-        )
+        key, value, headers = fit_dead_letter(
+            raw.key, raw.value, raw.headers, self.error_headers(stage, processor, raw, error),
+            self._dead_letter_max_bytes,
+        )  # fmt: skip
+        outputs.append(self._dead_letter_topic, key, value, headers, timestamp_ms=raw.timestamp, processor=processor)
         self._counters.dead_lettered += 1
         log.warning("dead-lettered record %s (%s failed in '%s'): %r", where, stage, processor, error)
+        if headers[-1][0] == TRUNCATED:
+            log.warning("the dead letter of record %s was cut down to fit its topic (%s)", where, headers[-1][1])
+
+    def refused(self, output: Output, error: Exception, outputs: Outputs) -> None:
+        """The broker refused an output: its input record failed processing, after the fact."""
+        topic, key, value, headers, _, raw, processor = output
+        size = record_size(key, value, headers)
+        if raw is None or topic == self._dead_letter_topic:
+            what = "a dead letter" if topic == self._dead_letter_topic else "a record"
+            raise OutputRefused(
+                f"the broker refused {what} for topic '{topic}' ({size:,} bytes): {type(error).__name__}: {error}"
+            ) from error
+        refusal = RecordRefused(broker_refusal(topic, key, value, headers, error))
+        refusal.__cause__ = error  # the dead letter's stack trace shows the client's
+        if self.stops_on(Stage.PROCESSING):
+            raise OutputRefused(
+                f"processing failed in processor '{processor}' for record {raw.topic}[{raw.partition}]@{raw.offset}: "
+                f"{refusal}"
+            ) from error
+        self.handle(Stage.PROCESSING, processor, raw, refusal, outputs)
 
     def error_headers(self, stage: Stage, processor: str, raw: Any, error: BaseException) -> list[tuple[str, bytes]]:
         error_type = type(error)
@@ -83,3 +125,37 @@ class FailureHandler:
             ("source.offset", str(raw.offset).encode()),
             ("source.timestamp", str(raw.timestamp).encode()),
         ]
+
+
+def fit_dead_letter(
+    key: bytes | None, value: bytes | None, headers: HeaderList, error_headers: HeaderList, max_bytes: int
+) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
+    """The dead letter's key, value and headers, cut down to `max_bytes` when they exceed it: the value
+    first, then the key, then the input's own headers, then the error's stack trace and message. The
+    error headers stay, and `error.truncated` gives the original sizes."""
+    kept = [*headers, *error_headers]
+    if record_size(key, value, kept) <= max_bytes:
+        return key, value, kept
+    original = sum(len(name.encode()) + len(data or b"") for name, data in headers)
+    note = (TRUNCATED, f"key={_size(key)},value={_size(value)},headers={original}".encode())
+    kept.append(note)
+    value = _cut(value, record_size(key, value, kept) - max_bytes)
+    key = _cut(key, record_size(key, value, kept) - max_bytes)
+    if record_size(key, value, kept) > max_bytes:
+        kept = [*error_headers, note]
+    for name in _LONG_ERROR_HEADERS:
+        over = record_size(key, value, kept) - max_bytes
+        if over > 0:
+            kept = [(header, _cut(data, over) or b"") if header == name else (header, data) for header, data in kept]
+    return key, value, kept
+
+
+def _cut(data: bytes | None, over: int) -> bytes | None:
+    """`data` without its last `over` bytes (None stays None)."""
+    if data is None or over <= 0:
+        return data
+    return data[: max(0, len(data) - over)]
+
+
+def _size(data: bytes | None) -> str:
+    return "null" if data is None else str(len(data))

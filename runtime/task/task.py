@@ -158,6 +158,15 @@ class Task:
         self._context.pending.clear()
         self._services.on_dequeue(self)
 
+    def refuse(self, refusals: Mapping[tuple[str, int, int], str]) -> None:
+        """The broker refused outputs of these input records (topic, partition, offset) in a transaction
+        that was aborted: when they are processed again, the processing policy gets them instead."""
+        self._context.refuse(refusals)
+
+    def committed(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Refusals of records below `offsets` are done with."""
+        self._context.forget_refusals({(tp.topic, tp.partition): offset for tp, offset in offsets.items()})
+
     def mark_caught_up(self, tp: TopicPartition, end: int) -> None:
         """Every record below `end` was processed (gaps are compaction or transaction markers)."""
         self.next_offsets[tp] = max(self.next_offsets.get(tp, 0), end)
@@ -313,6 +322,7 @@ class Task:
                     done = raw.offset + 1
                     continue
                 released = len(pending)
+                context.source = raw
                 try:
                     if is_async:
                         await process(record, context)  # type: ignore[misc]
@@ -324,6 +334,7 @@ class Task:
                     processed += 1
                 done = raw.offset + 1
         finally:
+            context.source = None  # punctuations' outputs belong to no record
             self._batch_done(tp, done, processed)
         return []
 
@@ -359,6 +370,7 @@ class Task:
                         done = raw.offset + 1
                         continue
                     released = len(pending)
+                    context.source = raw
                     started = time.perf_counter() if timed else 0.0
                     try:
                         if decision.__class__ in carried_classes:  # no span: the decision is what outputs carry
@@ -378,7 +390,7 @@ class Task:
                         metrics.record_processing((time.perf_counter() - started) * 1000, name)
                     done = raw.offset + 1
         finally:
-            context.trace_fields = UNTRACED  # punctuations' outputs belong to no record
+            context.trace_fields, context.source = UNTRACED, None  # punctuations' outputs belong to no record
             self._batch_done(tp, done, processed)
         return []
 
@@ -422,6 +434,6 @@ def build_task(
 ) -> Task:
     context = TaskContext(
         app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes, services.global_stores,
-        state,
+        state, outputs.limits,
     )  # fmt: skip
     return Task(task_id, processor, context, inputs, outputs, services, end_offsets, state)

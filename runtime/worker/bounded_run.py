@@ -67,14 +67,17 @@ class BoundedRun:
         for tp in assignment:
             end = self.end_offsets.get(tp, 0)
             tasks = self._assignment.subscribers.get(tp, [])
-            if not tasks or not all(task.idle and task.running for task in tasks):
+            # A task in a commit may yet go back to its last committed offsets (an aborted transaction).
+            if not tasks or not all(task.idle and task.running and not task.turn.locked() for task in tasks):
                 return False
             if all(task.next_offsets.get(tp, -1) >= end for task in tasks):
                 continue
-            if await self._consumer.position(tp) >= end:
+            position = await self._consumer.position(tp)
+            if position >= end:
                 for task in tasks:
                     task.mark_caught_up(tp, end)
                 continue
+            self._backpressure.release([tp], END_OF_RUN)  # gone back since its end was fetched: fetch again
             return False
         # Partitions another member holds (or a crashed one still holds until its session expires).
         for tp, end in self.end_offsets.items():

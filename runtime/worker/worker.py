@@ -9,6 +9,7 @@ stops every task, commits what may be committed (`Outcome.commits_at_stop`), and
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Coroutine
@@ -24,7 +25,8 @@ from runtime.guarantees.consumer_commits import AtLeastOnce, AtMostOnce
 from runtime.guarantees.transactions import ExactlyOnce
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.outputs import Outputs
-from runtime.kafka.topics import ensure_topics
+from runtime.kafka.record_limits import Limits
+from runtime.kafka.topics import describe_limits, ensure_topics
 from runtime.state.restore import ChangelogRestorer
 from runtime.task.failures import FailureHandler, Stage
 from runtime.task.task import TaskId, TaskServices
@@ -70,6 +72,8 @@ class Worker:
         self._outcome = Outcome()
         self._started = time.monotonic()
         self._backpressure: Backpressure | None = None
+        self._limits: Limits = {}
+        self._shared: Outputs | None = None
         self.ready = asyncio.Event()  # set once partitions were first assigned
 
     def stop(self) -> None:
@@ -95,6 +99,7 @@ class Worker:
         await start_with_retries("admin client", self._clients.bootstrap_servers, admin.start)
         try:
             partition_counts = await ensure_topics(admin, self.config)
+            self._limits = await describe_limits(admin, self.config, sorted(partition_counts))
         finally:
             await admin.close()
         try:
@@ -126,6 +131,8 @@ class Worker:
         finally:
             if producer is not None:
                 await producer.stop()
+            if self._shared is not None:
+                await self._shared.producer.stop()  # renewed after the broker refused records
         log.info("stopped after %.1fs: %s", time.monotonic() - self._started, self.counters.snapshot())
 
     async def _session(
@@ -136,16 +143,22 @@ class Worker:
         group: asyncio.TaskGroup,
     ) -> None:
         config, counters, outcome = self.config, self.counters, self._outcome
-        shared = Outputs(producer, partition_counts, counters) if producer is not None else None
+        failures = self._failure_handler()
+        shared = self._shared = None
+        if producer is not None:
+            shared = self._shared = Outputs(producer, partition_counts, counters, self._limits,
+                                            renew=self._clients.producer, on_refused=failures.refused)  # fmt: skip
 
         def outputs_for(task_id: TaskId) -> Outputs:
             if shared is not None:
                 return shared
             name = f"{config.app_id}-{task_id.processor}-{task_id.partition}"
-            transactional = self._clients.producer(
-                transactional_id=name, transaction_timeout_ms=config.transaction_timeout_ms, client_id=name
-            )
-            return Outputs(transactional, partition_counts, counters)
+            transactional = functools.partial(
+                self._clients.producer,
+                transactional_id=name, transaction_timeout_ms=config.transaction_timeout_ms, client_id=name,
+            )  # fmt: skip
+            # A new producer, with the same transactional id, after the broker refused records.
+            return Outputs(transactional(), partition_counts, counters, self._limits, renew=transactional)
 
         def spawn(work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
             return group.create_task(work, name=name)
@@ -156,7 +169,7 @@ class Worker:
         restorer = ChangelogRestorer(self._restore_consumer, counters, self.telemetry.tracer)
         end_offsets = await self._end_offsets(consumer, partition_counts) if self._until_caught_up else None
         services = TaskServices(
-            self._failure_handler(),
+            failures,
             counters,
             self._serdes(),
             self.global_stores.views,
@@ -214,7 +227,11 @@ class Worker:
     def _failure_handler(self) -> FailureHandler:
         errors = self.config.errors
         policies = {Stage.DESERIALIZATION: errors.deserialization, Stage.PROCESSING: errors.processing}
-        return FailureHandler(self.config.app_id, policies, self.config.dead_letter_topic, self.counters)
+        dead_letters = self._limits.get(self.config.dead_letter_topic)
+        return FailureHandler(
+            self.config.app_id, policies, self.config.dead_letter_topic, self.counters,
+            *([dead_letters.max_bytes] if dead_letters is not None else []),
+        )  # fmt: skip
 
     def _serdes(self) -> dict[str, tuple[Any, Any]]:
         return {

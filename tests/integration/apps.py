@@ -79,3 +79,14 @@ class PickyCountPerKey(CountPerKey):
         super().process(record, ctx)
         if record.value.get("bad"):
             raise ValueError(f"bad record {record.key}")
+
+
+class Inflate(Processor):
+    """Sends each value on to `params.output`; one marked big gets `params.pad` random bytes more (random,
+    so that no compression shrinks them)."""
+
+    def process(self, record: Record, ctx: Context) -> None:
+        value = dict(record.value)
+        if value.get("big"):
+            value["pad"] = os.urandom(int(ctx.params["pad"]))
+        ctx.send(str(ctx.params["output"]), value, key=record.key)

@@ -20,7 +20,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from processors.processor import Processor
 from runtime.config import ErrorPolicy
 from runtime.counters import Counters
-from runtime.kafka.outputs import Headers, Outputs
+from runtime.kafka.outputs import Headers, Output, Outputs
+from runtime.kafka.record_limits import Limits
 from runtime.state.task_state import TaskState
 from runtime.task.failures import FailureHandler, Stage
 from runtime.task.task import CommitBeforeProcessing, Task, TaskId, TaskServices, build_task
@@ -128,6 +129,7 @@ class FakeOutputs:
         self.sent_records: list[tuple[str, Any, Any]] = []
         self.ack_failure: BaseException | None = None
         self.discarded = 0
+        self.limits: Limits = {}
         self._log = log
 
     @property
@@ -151,11 +153,13 @@ class FakeOutputs:
         headers: Headers = (),
         partition: int | None = None,
         timestamp_ms: int | None = None,
+        source: Any = None,
+        processor: str = "",
     ) -> None:
         self.pending_records.append((topic, key, value))
 
-    def append_all(self, records: list[tuple[str, bytes | None, bytes | None, Headers]]) -> None:
-        for topic, key, value, _ in records:
+    def append_all(self, records: list[Output]) -> None:
+        for topic, key, value, *_ in records:
             self.append(topic, key, value)
 
     async def flush(self) -> None:

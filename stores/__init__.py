@@ -6,7 +6,7 @@ import os
 from typing import Literal
 
 from stores.backend import Backend, Change
-from stores.errors import StoreCorrupted, StoreError, StoreLocked
+from stores.errors import StoreCorrupted, StoreError, StoreLocked, StoreWriteFailed
 from stores.memory import MemoryBackend
 from stores.read_only import ReadOnlyStore
 from stores.rocksdb import RocksDBBackend, wipe
@@ -22,6 +22,7 @@ __all__ = [
     "StoreCorrupted",
     "StoreError",
     "StoreLocked",
+    "StoreWriteFailed",
     "open_backend",
     "wipe",
 ]

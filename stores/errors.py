@@ -19,3 +19,11 @@ class StoreLocked(StoreError):
 
     Not a corruption: the owner is usually closing it after a rebalance, so retry, never wipe.
     """
+
+
+class StoreWriteFailed(StoreError):
+    """A write did not reach the disk (full, read-only, failing): the store keeps what it held before.
+
+    Not a corruption either: once the disk is fixed, a restart reopens the store and its changelog
+    replays what the failed write would have added.
+    """

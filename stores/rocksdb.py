@@ -30,7 +30,7 @@ from rocksdict import (
 )
 
 from stores.backend import Change
-from stores.errors import StoreCorrupted, StoreError, StoreLocked
+from stores.errors import StoreCorrupted, StoreError, StoreLocked, StoreWriteFailed
 
 BLOCK_CACHE_BYTES = 64 * 1024 * 1024
 """Block cache of the whole process; index and filter blocks are charged to it too."""
@@ -105,6 +105,7 @@ class RocksDBBackend:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = Path(path)
+        self._write_failed = False
         self._db, self._meta, self._offsets = self._open()
 
     def _open(self) -> tuple[Rdict, ColumnFamily | None, dict[int, int]]:
@@ -168,7 +169,9 @@ class RocksDBBackend:
         except Exception as exc:
             if _is_corruption(exc):
                 raise StoreCorrupted(f"store {self._path}: {exc}") from exc
-            raise
+            # RocksDB refuses every later write, and its close, with this error: it stays the one reported.
+            self._write_failed = True
+            raise StoreWriteFailed(f"store {self._path} cannot be written: {exc}") from exc
         if changelog_offset is not None:
             self._offsets[source] = changelog_offset
 
@@ -207,11 +210,20 @@ class RocksDBBackend:
         self._db, self._meta, self._offsets = self._open()
 
     def close(self) -> None:
-        """Flush and release the lock, so another process can open the store at once; idempotent."""
+        """Flush and release the lock, so another process can open the store at once; idempotent.
+
+        After a failed write RocksDB's close repeats that write's error ("Writer has previous
+        error") once the files are closed: already reported, so not raised again. What the failed
+        write would have added was never acknowledged as stored; the changelog still has it.
+        """
         if self._meta is None:  # closed already
             return
         self._meta = None  # the handle would keep the database, and its lock, alive
-        self._db.close()
+        try:
+            self._db.close()
+        except Exception as exc:
+            if not self._write_failed:
+                raise StoreWriteFailed(f"store {self._path} cannot be closed: {exc}") from exc
 
 
 def wipe(path: str | os.PathLike[str]) -> None:

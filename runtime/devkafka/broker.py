@@ -46,7 +46,10 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """No one listens on it. Connections of a stopped broker that linger in TIME_WAIT do not count:
+    Kafka binds with SO_REUSEADDR, so a restart on the same port needs no wait."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:

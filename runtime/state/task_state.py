@@ -11,7 +11,7 @@ from aiokafka import TopicPartition
 
 from runtime.config import AppConfig, ProcessorConfig, SnapshotsConfig, StoreConfig
 from runtime.kafka.outputs import Outputs
-from stores import Backend, KeyValueStore, StoreCorrupted, StoreLocked, open_backend, wipe
+from stores import Backend, KeyValueStore, StoreCorrupted, StoreError, StoreLocked, open_backend, wipe
 from stores.serdes import resolve_serde
 
 log = logging.getLogger(__name__)
@@ -114,5 +114,13 @@ class TaskState:
             entry.store.discard()
 
     def close(self) -> None:
+        """Close every store, also when one fails: a store left open keeps its lock until the process ends.
+
+        Nothing is lost when a close fails: the last commit's writes are in the changelog, and the
+        next owner replays whatever the store lacks.
+        """
         for entry in self.stores.values():
-            entry.store.close()
+            try:
+                entry.store.close()
+            except StoreError as error:
+                log.error("store %s partition %d: %s", entry.name, self.partition, error)

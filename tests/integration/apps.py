@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 from pathlib import Path
 
@@ -90,3 +91,16 @@ class Inflate(Processor):
         if value.get("big"):
             value["pad"] = os.urandom(int(ctx.params["pad"]))
         ctx.send(str(ctx.params["output"]), value, key=record.key)
+
+
+class Hoard(Processor):
+    """Keeps `params.value_bytes` of incompressible bytes per record in the `hoard` store (fills a disk)."""
+
+    def init(self, ctx: Context) -> None:
+        self.output = str(ctx.params["output"])
+        self.size = int(ctx.params["value_bytes"])
+        self.hoard = ctx.store("hoard")
+
+    def process(self, record: Record, ctx: Context) -> None:
+        self.hoard.put(record.offset, random.Random(record.offset).randbytes(self.size))
+        ctx.send(self.output, record.value, key=record.key)

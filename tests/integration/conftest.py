@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from runtime.devkafka import LocalBroker
 from tests.integration.running import SPAWNED
 
 
@@ -19,3 +20,14 @@ def stop_spawned_workers() -> Iterator[None]:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)  # the whole group: --workers children too
             process.wait()
+
+
+@pytest.fixture
+def private_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    """A broker of this test alone, which it may stop and start again (the session's is shared)."""
+    broker = LocalBroker(data_dir=tmp_path_factory.mktemp("private-kafka"))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -1,0 +1,67 @@
+"""A broker outage in the middle of a run: queues stay bounded, and every record is processed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import msgpack
+import pytest
+
+from runtime.config import parse_app
+from runtime.devkafka import LocalBroker
+from runtime.worker.worker import Worker
+from tests.conftest import TopicNamer
+from tests.integration.running import numbered
+from tests.kafka_helpers import create_topic, produce, read_topic
+
+pytestmark = pytest.mark.anyio
+
+RECORDS = 600
+PAUSE_AT, RESUME_AT = 20, 5
+OUTAGE_S = 3.0
+
+
+async def until(condition: Callable[[], bool], what: str, running: asyncio.Task[None], timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if running.done():
+            await running  # raises what stopped the worker
+            raise AssertionError(f"the worker stopped before {what}")
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.01)
+
+
+async def test_queues_stay_bounded_across_a_broker_outage(private_broker: LocalBroker, topic_name: TopicNamer) -> None:
+    bootstrap = private_broker.bootstrap_servers
+    source, sink = topic_name("in"), topic_name("out")
+    await create_topic(bootstrap, source, 1)
+    # A backlog of small records: one fetch of max_partition_fetch_bytes (1 MiB) holds all of them.
+    await produce(bootstrap, source, numbered(RECORDS))
+    app = parse_app({
+        "app_id": topic_name("app"),
+        "topics": {source: {"partitions": 1, "key_serde": "str"}, sink: {"partitions": 1, "key_serde": "str"}},
+        "processors": [{"name": "echo", "class": "tests.integration.apps:Echo", "inputs": [source],
+                        "outputs": [sink], "params": {"output": sink, "sleep_ms": 2}}],
+        "commit_interval_ms": 200,
+        "queue": {"pause_at": PAUSE_AT, "resume_at": RESUME_AT},
+        # Outputs wait out the outage (the broker's shutdown and start included) rather than expire.
+        "kafka": {"producer": {"request_timeout_ms": 300_000}},
+    })  # fmt: skip
+    worker = Worker(app, bootstrap)
+    running = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: worker.counters.processed >= RECORDS // 4, "a quarter is processed", running)
+        await asyncio.to_thread(private_broker.stop)
+        await asyncio.sleep(OUTAGE_S)  # the outage itself, not a wait for anything
+        await asyncio.to_thread(private_broker.start)
+        await until(lambda: worker.counters.processed >= RECORDS, "every record is processed", running)
+    finally:
+        worker.stop()
+        await running
+
+    # The deepest any task's queue was, taken after every hand-off of records to it.
+    assert worker.counters.max_queued < PAUSE_AT + (PAUSE_AT - RESUME_AT), "past pause_at plus one poll's records"
+    values = {msgpack.unpackb(r.value)["value"]["n"] for r in await read_topic(bootstrap, sink)}
+    assert values == set(range(RECORDS))

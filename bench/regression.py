@@ -84,6 +84,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local broker")
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        metavar="WORD",
+        help="only the cases whose name has every word given, e.g. --cases stateless msgpack at_least_once",
+    )
     return parser.parse_args()
 
 
@@ -128,10 +134,14 @@ def run_case(
     return measured
 
 
+def chosen(words: list[str] | None) -> list[Case]:
+    return [case for case in CASES if not words or all(word in case.name.split() for word in words)]
+
+
 def summarize(pairs: list[Pair], records: int) -> dict[str, dict[str, float]]:
     """Per case: each tree's median rates, and the median of the pairs' ratios (wall clock and processing)."""
     summary: dict[str, dict[str, float]] = {}
-    for case in CASES:
+    for case in dict.fromkeys(pair.case for pair in pairs):
         mine = [pair for pair in pairs if pair.case == case]
         summary[case.name] = {
             "baseline_rate": median([pair.baseline.rate(records) for pair in mine]),
@@ -180,7 +190,7 @@ def main() -> None:
             )
             print(f"  produced at {fill_rates[serde]:,.0f} rec/s")
         for run in range(1, args.runs + 1):
-            for case in CASES:
+            for case in chosen(args.cases):
                 topic = inputs[case.serde]
                 before, after = (run_case(bootstrap, case, tree, topic, args, workdir, Path(state)) for tree in trees)
                 pair = Pair(case, before, after)

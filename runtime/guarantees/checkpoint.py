@@ -30,11 +30,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from runtime.task.task import Checkpoint, CommitBeforeProcessing, Task
+from aiokafka import TopicPartition
+
+if TYPE_CHECKING:
+    from runtime.task.task import Task
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What one commit covers of a task: the next offset of each input (step 1.4)."""
+
+    task: Task
+    offsets: dict[TopicPartition, int]
+
+
+CommitBeforeProcessing = Callable[[TopicPartition, list[Any]], Awaitable[None]]
 
 
 @dataclass

@@ -15,9 +15,9 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit
-from runtime.guarantees.checkpoint import Committed
+from runtime.guarantees.checkpoint import Checkpoint, CommitBeforeProcessing, Committed
 from runtime.kafka.outputs import Outputs
-from runtime.task.task import Checkpoint, CommitBeforeProcessing, Task
+from runtime.task.task import Task
 from runtime.telemetry import Telemetry
 
 log = logging.getLogger(__name__)

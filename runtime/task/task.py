@@ -25,6 +25,7 @@ from processors.processor import Processor
 from processors.record import Record
 from runtime.counters import Counters
 from runtime.errors import StopAfterCommit
+from runtime.guarantees.checkpoint import Checkpoint, CommitBeforeProcessing
 from runtime.kafka.outputs import Outputs
 from runtime.state.task_state import TaskState
 from runtime.task.context import TaskContext, TopicSerdes
@@ -51,17 +52,6 @@ class TaskPhase(StrEnum):
     RESTORING = "restoring"  # claimed from its previous owner, restoring its stores, then initialising
     RUNNING = "running"  # processing; takes part in commits
     CLOSED = "closed"  # its processor and stores are closed
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """What one commit covers of a task: the next offset of each input (step 1.4 of the protocol)."""
-
-    task: Task
-    offsets: dict[TopicPartition, int]
-
-
-CommitBeforeProcessing = Callable[[TopicPartition, list[Any]], Awaitable[None]]
 
 
 @dataclass
@@ -418,22 +408,3 @@ class Task:
     def _release_outputs(self) -> None:
         self.outputs.append_all(self._context.pending)
         self._context.pending.clear()
-
-
-def build_task(
-    task_id: TaskId,
-    processor: Processor,
-    app_id: str,
-    params: Mapping[str, Any],
-    outputs_allowed: frozenset[str],
-    inputs: list[TopicPartition],
-    outputs: Outputs,
-    services: TaskServices,
-    end_offsets: Mapping[TopicPartition, int] | None,
-    state: TaskState | None = None,
-) -> Task:
-    context = TaskContext(
-        app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes, services.global_stores,
-        state, outputs.limits,
-    )  # fmt: skip
-    return Task(task_id, processor, context, inputs, outputs, services, end_offsets, state)

@@ -17,13 +17,15 @@ from typing import Any
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 
+from processors.processor import Processor
 from runtime.config import AppConfig, Guarantee, ProcessorConfig
 from runtime.counters import Counters
 from runtime.errors import StopAfterCommit, TaskLost
 from runtime.guarantees.checkpoint import Checkpoints
 from runtime.kafka.outputs import Outputs
 from runtime.state.task_state import TaskState
-from runtime.task.task import Task, TaskId, TaskPhase, TaskServices, build_task
+from runtime.task.context import TaskContext
+from runtime.task.task import Task, TaskId, TaskPhase, TaskServices
 from runtime.worker.backpressure import Backpressure
 from runtime.worker.outcome import Outcome
 
@@ -208,3 +210,22 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
             self.subscribers[tp] = [t for t in self.subscribers.get(tp, []) if t is not task]
         if task.lost:  # its partitions go with the next rebalance; until then, nothing is fetched for it
             self._backpressure.hold(task.inputs, (LOST, task.id))
+
+
+def build_task(
+    task_id: TaskId,
+    processor: Processor,
+    app_id: str,
+    params: Mapping[str, Any],
+    outputs_allowed: frozenset[str],
+    inputs: list[TopicPartition],
+    outputs: Outputs,
+    services: TaskServices,
+    end_offsets: Mapping[TopicPartition, int] | None,
+    state: TaskState | None = None,
+) -> Task:
+    context = TaskContext(
+        app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes, services.global_stores,
+        state, outputs.limits,
+    )  # fmt: skip
+    return Task(task_id, processor, context, inputs, outputs, services, end_offsets, state)

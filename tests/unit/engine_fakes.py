@@ -20,12 +20,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from processors.processor import Processor
 from runtime.config import ErrorPolicy
 from runtime.counters import Counters
+from runtime.guarantees.checkpoint import CommitBeforeProcessing
 from runtime.kafka.outputs import Headers, Output, Outputs
 from runtime.kafka.record_limits import Limits
 from runtime.state.task_state import TaskState
 from runtime.task.failures import FailureHandler, Stage
-from runtime.task.task import CommitBeforeProcessing, Task, TaskId, TaskServices, build_task
+from runtime.task.task import Task, TaskId, TaskServices
 from runtime.telemetry import Telemetry, TelemetryConfig
+from runtime.worker.assignment import build_task
 from stores.serdes import resolve_serde
 
 IN, OUT, DEAD = "in", "out", "dead-letters"

@@ -20,9 +20,10 @@ from processors.processor import Processor
 from processors.record import Record
 from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit, TaskLost
+from runtime.guarantees.checkpoint import Checkpoint
 from runtime.guarantees.consumer_commits import AtLeastOnce, AtMostOnce
 from runtime.guarantees.transactions import ExactlyOnce
-from runtime.task.task import Checkpoint, Task, TaskPhase
+from runtime.task.task import Task, TaskPhase
 from runtime.telemetry import Telemetry, TelemetryConfig
 from tests.unit.engine_fakes import (
     IN,

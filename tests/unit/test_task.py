@@ -18,8 +18,8 @@ from processors.processor import Processor
 from processors.record import Record
 from runtime.config import ErrorPolicy
 from runtime.errors import StopAfterCommit
+from runtime.guarantees.checkpoint import Checkpoint
 from runtime.task.failures import RecordFailed
-from runtime.task.task import Checkpoint
 from runtime.telemetry import Telemetry
 from tests.unit.engine_fakes import (
     DEAD,

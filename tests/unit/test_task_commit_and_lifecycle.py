@@ -14,7 +14,8 @@ from processors.processor import Processor
 from processors.record import Record
 from runtime.config import ErrorPolicy
 from runtime.errors import StopAfterCommit
-from runtime.task.task import Checkpoint, Task, TaskPhase
+from runtime.guarantees.checkpoint import Checkpoint
+from runtime.task.task import Task, TaskPhase
 from tests.unit.engine_fakes import (
     IN,
     OUT,

@@ -124,10 +124,6 @@ class Clients:
             # Range keeps partition N of co-partitioned inputs on the same worker.
             "partition_assignment_strategy": (RangePartitionAssignor,),
             "client_id": f"{self._config.app_id}-consumer",
-            # One poll hands the tasks at most this many records, so a task's queue stays below
-            # pause_at plus this (runtime/worker/backpressure.py), however many small records one
-            # fetch of max_partition_fetch_bytes holds.
-            "max_poll_records": self._config.queue.pause_at - self._config.queue.resume_at,
         }
         return self._options({**self._config.kafka.consumer, **overrides}, defaults)
 

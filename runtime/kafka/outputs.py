@@ -92,8 +92,8 @@ class Outputs:
         self._counters = counters
         self._renew = renew
         self._on_refused = on_refused
-        self._open: dict[tuple[str, int], Any] = {}
-        self._open_records: dict[tuple[str, int], list[Output]] = {}
+        # Per target: the batch being filled, and the records it holds (kept until they are acknowledged).
+        self._open: dict[tuple[str, int], tuple[Any, list[Output]]] = {}
         self._full: deque[tuple[str, int, Any, list[Output]]] = deque()
         self._inflight: list[_Sent] = []
         self._renewing = asyncio.Lock()  # tasks flush while the commit cycle sends refused batches again
@@ -144,21 +144,21 @@ class Outputs:
             header_list[0] = (TRACEPARENT, headers)
         else:
             header_list = _NO_HEADERS if not headers else headers if kind is list else list(headers)
-        builder = self._open.get(target)
-        if builder is not None and builder.append(timestamp=timestamp_ms, key=key, value=value,
-                                                  headers=header_list) is not None:  # fmt: skip
-            self._open_records[target].append(record)  # the common case: the open batch has room
+        open_batch = self._open.get(target)
+        if open_batch is not None and open_batch[0].append(timestamp=timestamp_ms, key=key, value=value,
+                                                           headers=header_list) is not None:  # fmt: skip
+            open_batch[1].append(record)  # the common case: the open batch has room
             return
-        if builder is not None:  # full: it goes out with the next flush
-            self._full.append((*target, builder, self._open_records[target]))
-        builder = self._open[target] = self.producer.create_batch()
+        if open_batch is not None:  # full: it goes out with the next flush
+            self._full.append((*target, *open_batch))
+        builder = self.producer.create_batch()
         builder.append(timestamp=timestamp_ms, key=key, value=value, headers=header_list)
-        self._open_records[target] = [record]
+        self._open[target] = (builder, [record])
 
     @property
     def pending(self) -> int:
         """Records appended but not yet handed to the producer."""
-        return sum(map(len, self._open_records.values())) + sum(len(records) for *_, records in self._full)
+        return sum(len(records) for _, records in self._open.values()) + sum(len(records) for *_, records in self._full)
 
     async def flush(self) -> None:
         """Hand every batch to the producer (returns once they are queued, not acknowledged)."""
@@ -168,8 +168,8 @@ class Outputs:
     async def _flush(self) -> None:
         # A batch leaves `_full` only once the producer has it: a commit cancelled meanwhile loses none.
         full = self._full
-        full.extend((*target, builder, self._open_records[target]) for target, builder in self._open.items())
-        self._open, self._open_records = {}, {}
+        full.extend((*target, *open_batch) for target, open_batch in self._open.items())
+        self._open = {}
         while full:
             topic, partition, builder, records = full[0]
             limits = self.limits.get(topic)
@@ -189,7 +189,7 @@ class Outputs:
 
     def discard(self) -> None:
         """Drop batches not yet handed to the producer, and forget those sent (their transaction aborted)."""
-        self._full, self._open, self._open_records, self._inflight = deque(), {}, {}, []
+        self._full, self._open, self._inflight = deque(), {}, []
 
     def _acked(self, topic: str, partition: int, count: int, future: asyncio.Future[Any]) -> None:
         if future.cancelled() or future.exception() is not None:

@@ -46,8 +46,9 @@ async def test_queues_stay_bounded_across_a_broker_outage(private_broker: LocalB
                         "outputs": [sink], "params": {"output": sink, "sleep_ms": 2}}],
         "commit_interval_ms": 200,
         "queue": {"pause_at": PAUSE_AT, "resume_at": RESUME_AT},
-        # Outputs wait out the outage (the broker's shutdown and start included) rather than expire.
-        "kafka": {"producer": {"request_timeout_ms": 300_000}},
+        # Outputs wait out the outage (the broker's shutdown and start included) rather than expire;
+        # a poll hands the tasks at most pause_at - resume_at records, however many one fetch holds.
+        "kafka": {"producer": {"request_timeout_ms": 300_000}, "consumer": {"max_poll_records": PAUSE_AT - RESUME_AT}},
     })  # fmt: skip
     worker = Worker(app, bootstrap)
     running = asyncio.create_task(worker.run())

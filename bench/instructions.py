@@ -26,7 +26,7 @@ from bench.data import fill_topic
 from bench.stats import run_directory, write_result
 from bench.telemetry import telemetry_section
 from bench.throughput import fresh_output
-from tests.otlp_receiver import OtlpReceiver
+from tests.support.otlp_receiver import OtlpReceiver
 
 VARIANTS = {"none": None, "ratio 0": 0.0, "ratio 0.01": 0.01}
 INSTRUCTIONS = re.compile(r"I\s+refs:\s+([\d,]+)")

@@ -23,8 +23,8 @@ from bench.broker import create_topics, kafka
 from bench.data import fill_topic
 from bench.stats import median, run_directory, write_result
 from bench.throughput import Measurement, describe, fresh_output, median_of, run_app
-from tests.jaeger_server import LocalJaeger, jaeger_is_built
-from tests.otlp_receiver import OtlpReceiver
+from tests.support.jaeger_server import LocalJaeger, jaeger_is_built
+from tests.support.otlp_receiver import OtlpReceiver
 
 
 @dataclass(frozen=True)

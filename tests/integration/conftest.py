@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from runtime.devkafka import LocalBroker
-from tests.integration.running import SPAWNED
+from tests.support.running import SPAWNED
 
 
 @pytest.fixture(autouse=True)

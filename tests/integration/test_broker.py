@@ -9,7 +9,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from tests.conftest import TopicNamer
-from tests.kafka_helpers import create_topic, read_topic
+from tests.support.kafka_helpers import create_topic, read_topic
 
 pytestmark = pytest.mark.anyio
 

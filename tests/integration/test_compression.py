@@ -11,9 +11,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runtime.config import parse_app
 from runtime.worker.worker import Worker
-from tests.compression_support import stored_batches
 from tests.conftest import TopicNamer
-from tests.kafka_helpers import create_topic, produce, read_topic
+from tests.support.compression import stored_batches
+from tests.support.kafka_helpers import create_topic, produce, read_topic
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +38,7 @@ def transform_app(app_id: str, source: str, sink: str, codec: str) -> dict[str, 
         "processors": [
             {
                 "name": "transform",
-                "class": "tests.integration.processors_for_tests:Transform",
+                "class": "tests.support.processors_for_tests:Transform",
                 "inputs": [source],
                 "outputs": [sink],
                 "params": {"output": sink},

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import TopicNamer
-from tests.integration.running import REPO, write_app
+from tests.support.running import REPO, write_app
 
 PASSWORD = "s3cret-for-the-test"
 

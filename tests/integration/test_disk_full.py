@@ -12,8 +12,8 @@ import msgpack
 import pytest
 
 from tests.conftest import TopicNamer
-from tests.integration.running import numbered, spawn_worker, write_app
-from tests.kafka_helpers import create_topic, produce, read_topic
+from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.running import numbered, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
 
@@ -55,7 +55,7 @@ async def test_a_full_disk_stops_the_app_with_one_clear_error(
         "app_id": topic_name("app"),
         "kafka": {"bootstrap_servers": kafka_bootstrap},
         "topics": {source: {"partitions": 1, "key_serde": "str"}, sink: {"partitions": 1, "key_serde": "str"}},
-        "processors": [{"name": "hoard", "class": "tests.integration.apps:Hoard", "inputs": [source],
+        "processors": [{"name": "hoard", "class": "tests.support.apps:Hoard", "inputs": [source],
                         "outputs": [sink], "params": {"output": sink, "value_bytes": VALUE_BYTES},
                         "stores": {"hoard": {"backend": "rocksdb", "value_serde": "bytes"}}}],
         "guarantee": guarantee,

@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from runtime.config import parse_app
 from runtime.worker.worker import Worker, WorkerFailed
 from tests.conftest import TopicNamer
-from tests.kafka_helpers import create_topic, produce, read_topic
+from tests.support.kafka_helpers import create_topic, produce, read_topic
 
 pytestmark = pytest.mark.anyio
 
@@ -23,7 +23,7 @@ def picky_app(app_id: str, source: str, sink: str, policy: str, dead_letters: st
         "app_id": app_id,
         "topics": {source: {"key_serde": "str"}, sink: {"key_serde": "str"}},
         "processors": [
-            {"name": "picky", "class": "tests.integration.apps:Picky", "inputs": [source], "outputs": [sink],
+            {"name": "picky", "class": "tests.support.apps:Picky", "inputs": [source], "outputs": [sink],
              "params": {"output": sink}}
         ],
         "errors": {"deserialization": policy, "processing": policy, "dead_letter_topic": dead_letters},

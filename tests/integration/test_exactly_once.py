@@ -16,9 +16,9 @@ from runtime.config import parse_app
 from runtime.worker.worker import Worker, WorkerFailed
 from stores import RocksDBBackend
 from tests.conftest import TopicNamer
-from tests.integration.running import numbered, spawn_worker, write_app
 from tests.integration.test_state import counting_app, true_counts
-from tests.kafka_helpers import committed_offsets, create_topic, produce, read_topic
+from tests.support.kafka_helpers import committed_offsets, create_topic, produce, read_topic
+from tests.support.running import numbered, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
 
@@ -31,7 +31,7 @@ def eos_app(topic_name: TopicNamer, source: str, sink: str, tmp_path: Path, boot
     app["guarantee"] = "exactly_once"
     app["commit_interval_ms"] = 100
     app["kafka"] = {"bootstrap_servers": bootstrap, "consumer": FAST_FAILOVER}
-    app["processors"][0]["class"] = "tests.integration.apps:SlowCountPerKey"
+    app["processors"][0]["class"] = "tests.support.apps:SlowCountPerKey"
     return app
 
 
@@ -119,7 +119,7 @@ async def test_failure_aborts_the_transaction_and_its_state(
     app = counting_app(topic_name("app"), source, sink, 1, tmp_path / "state", "rocksdb")
     app["guarantee"] = "exactly_once"
     app["commit_interval_ms"] = 60_000  # one transaction holds all 51 records
-    app["processors"][0]["class"] = "tests.integration.apps:PickyCountPerKey"
+    app["processors"][0]["class"] = "tests.support.apps:PickyCountPerKey"
     worker = Worker(parse_app(app), kafka_bootstrap, until_caught_up=True)
     with pytest.raises(WorkerFailed, match="bad record k0"):
         await worker.run()

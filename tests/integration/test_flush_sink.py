@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import TopicNamer
-from tests.integration.lifecycle_apps import read_rows
-from tests.integration.running import numbered, spawn_worker, write_app
 from tests.integration.test_exactly_once import FAST_FAILOVER, wait_exit
-from tests.kafka_helpers import committed_offsets, create_topic, produce
+from tests.support.kafka_helpers import committed_offsets, create_topic, produce
+from tests.support.lifecycle_apps import read_rows
+from tests.support.running import numbered, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +33,7 @@ def sink_app(
         "kafka": {"bootstrap_servers": bootstrap, "consumer": FAST_FAILOVER},
         "topics": {source: {"partitions": partitions, "key_serde": "str"}},
         "processors": [
-            {"name": "sink", "class": "tests.integration.lifecycle_apps:SqliteSink", "inputs": [source],
+            {"name": "sink", "class": "tests.support.lifecycle_apps:SqliteSink", "inputs": [source],
              "params": params}
         ],
         "guarantee": guarantee,

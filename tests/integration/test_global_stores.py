@@ -21,7 +21,7 @@ from runtime.worker.worker import Worker, WorkerFailed
 from stores.snapshot import finish_snapshot
 from tests.conftest import TopicNamer
 from tests.integration.test_telemetry import point_values, single
-from tests.kafka_helpers import create_topic, produce, read_topic
+from tests.support.kafka_helpers import create_topic, produce, read_topic
 
 pytestmark = pytest.mark.anyio
 

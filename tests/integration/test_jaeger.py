@@ -18,9 +18,9 @@ from opentelemetry.trace import SpanKind
 
 from runtime.telemetry.tracing import current_fields, extract
 from tests.conftest import TopicNamer
-from tests.integration.running import spawn_worker, write_app
-from tests.jaeger_server import LocalJaeger
-from tests.kafka_helpers import create_topic, read_topic
+from tests.support.jaeger_server import LocalJaeger
+from tests.support.kafka_helpers import create_topic, read_topic
+from tests.support.running import spawn_worker, write_app
 
 pytestmark = [pytest.mark.anyio, pytest.mark.jaeger]
 
@@ -66,7 +66,7 @@ async def test_a_records_trace_reaches_jaeger_across_the_producer_and_the_app(
         "kafka": {"bootstrap_servers": kafka_bootstrap},
         "topics": {source: {"key_serde": "str"}, sink: {"key_serde": "str"}},
         "processors": [
-            {"name": "echo", "class": "tests.integration.apps:Echo", "inputs": [source], "outputs": [sink],
+            {"name": "echo", "class": "tests.support.apps:Echo", "inputs": [source], "outputs": [sink],
              "params": {"output": sink}}
         ],
         "telemetry": {"sampling_ratio": 0.01, "traces": {"exporter": "otlp", "endpoint": jaeger.otlp_endpoint}},

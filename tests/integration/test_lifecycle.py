@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import TopicNamer
-from tests.integration.running import numbered, spawn_worker, write_app
 from tests.integration.test_exactly_once import wait_exit
 from tests.integration.test_flush_sink import final_error
-from tests.kafka_helpers import create_topic, produce
+from tests.support.kafka_helpers import create_topic, produce
+from tests.support.running import numbered, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
 
@@ -24,7 +24,7 @@ def one_processor_app(app_id: str, source: str, bootstrap: str, name: str, cls: 
         "kafka": {"bootstrap_servers": bootstrap},
         "topics": {source: {"partitions": 1, "key_serde": "str"}},
         "processors": [
-            {"name": name, "class": f"tests.integration.lifecycle_apps:{cls}", "inputs": [source], "params": params}
+            {"name": name, "class": f"tests.support.lifecycle_apps:{cls}", "inputs": [source], "params": params}
         ],
         "commit_interval_ms": 50,
     }

@@ -13,8 +13,8 @@ from runtime.config import parse_app
 from runtime.devkafka import LocalBroker
 from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
-from tests.integration.running import numbered
-from tests.kafka_helpers import create_topic, produce, read_topic
+from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.running import numbered
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +42,7 @@ async def test_queues_stay_bounded_across_a_broker_outage(private_broker: LocalB
     app = parse_app({
         "app_id": topic_name("app"),
         "topics": {source: {"partitions": 1, "key_serde": "str"}, sink: {"partitions": 1, "key_serde": "str"}},
-        "processors": [{"name": "echo", "class": "tests.integration.apps:Echo", "inputs": [source],
+        "processors": [{"name": "echo", "class": "tests.support.apps:Echo", "inputs": [source],
                         "outputs": [sink], "params": {"output": sink, "sleep_ms": 2}}],
         "commit_interval_ms": 200,
         "queue": {"pause_at": PAUSE_AT, "resume_at": RESUME_AT},

@@ -21,8 +21,8 @@ from processors import Context, Record
 from runtime.config import AppConfig, parse_app
 from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
-from tests.integration.running import spawn_worker, write_app
-from tests.kafka_helpers import create_topic, read_topic
+from tests.support.kafka_helpers import create_topic, read_topic
+from tests.support.running import spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
 

@@ -17,8 +17,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from runtime.config import parse_app
 from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
-from tests.integration.running import numbered, spawn_worker, write_app
-from tests.kafka_helpers import create_topic, produce, read_topic
+from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.running import numbered, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
 
@@ -30,7 +30,7 @@ def echo_app(app_id: str, source: str, sink: str, partitions: int, **extra: Any)
         "topics": {source: {"partitions": partitions, "key_serde": "str"},
                    sink: {"partitions": partitions, "key_serde": "str"}},
         "processors": [
-            {"name": "echo", "class": "tests.integration.apps:Echo", "inputs": [source], "outputs": [sink],
+            {"name": "echo", "class": "tests.support.apps:Echo", "inputs": [source], "outputs": [sink],
              "params": params}
         ],
         "commit_interval_ms": 200,
@@ -156,7 +156,7 @@ async def test_at_most_once_crash_loses_but_never_duplicates(
         "kafka": {"bootstrap_servers": kafka_bootstrap, "consumer": {"max_poll_records": 100}},
         "topics": {source: {"partitions": 1, "key_serde": "str"}, sink: {"partitions": 1, "key_serde": "str"}},
         "processors": [
-            {"name": "crashy", "class": "tests.integration.apps:KillOnce", "inputs": [source], "outputs": [sink],
+            {"name": "crashy", "class": "tests.support.apps:KillOnce", "inputs": [source], "outputs": [sink],
              "params": {"output": sink, "crash_at": 1000, "marker": str(tmp_path / "crashed")}}
         ],
         "guarantee": "at_most_once",

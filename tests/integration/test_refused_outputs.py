@@ -14,9 +14,9 @@ import pytest
 from runtime.config import parse_app
 from runtime.worker.worker import Worker, WorkerFailed
 from tests.conftest import TopicNamer
-from tests.integration.running import spawn_worker, write_app
 from tests.integration.test_exactly_once import wait_exit
-from tests.kafka_helpers import create_topic, produce, read_topic
+from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.running import spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +42,7 @@ def inflate_app(
             sink: {"partitions": 2, "key_serde": "str", "config": {"max.message.bytes": str(SINK_MAX_BYTES)}},
         },
         "processors": [
-            {"name": "inflate", "class": "tests.integration.apps:Inflate", "inputs": [source], "outputs": [sink],
+            {"name": "inflate", "class": "tests.support.apps:Inflate", "inputs": [source], "outputs": [sink],
              "params": {"output": sink, "pad": PAD}}
         ],
         "guarantee": guarantee,

@@ -12,8 +12,9 @@ import pytest
 
 from runtime.worker.worker import WorkerFailed
 from tests.conftest import TopicNamer
-from tests.integration.running import spawn_worker, write_app
-from tests.integration.snapshots import (
+from tests.support.kafka_helpers import create_topic, produce
+from tests.support.running import spawn_worker, write_app
+from tests.support.snapshots import (
     PARTITIONS,
     STORE,
     changes,
@@ -23,7 +24,6 @@ from tests.integration.snapshots import (
     store_contents,
     write_snapshot,
 )
-from tests.kafka_helpers import create_topic, produce
 
 pytestmark = pytest.mark.anyio
 

@@ -22,10 +22,13 @@ from stores.spark.__main__ import main
 from stores.spark.session import spark_session
 from stores.spark.snapshot import snapshot
 from tests.conftest import TopicNamer
-from tests.integration.snapshots import (
+from tests.integration.test_global_stores import STORE as GLOBAL_STORE
+from tests.integration.test_global_stores import Names, acquirer_of, prepare, router_app, rows
+from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.snapshots import (
     PARTITIONS as STORE_PARTITIONS,
 )
-from tests.integration.snapshots import (
+from tests.support.snapshots import (
     STORE,
     changes,
     latest_per_partition,
@@ -33,9 +36,6 @@ from tests.integration.snapshots import (
     snapshot_app,
     store_contents,
 )
-from tests.integration.test_global_stores import STORE as GLOBAL_STORE
-from tests.integration.test_global_stores import Names, acquirer_of, prepare, router_app, rows
-from tests.kafka_helpers import create_topic, produce, read_topic
 
 PARTITIONS = 3
 

@@ -17,8 +17,8 @@ from runtime.config import parse_app
 from runtime.worker.worker import Worker
 from stores.partitioner import partition_for
 from tests.conftest import TopicNamer
-from tests.integration.running import numbered, spawn_worker, write_app
-from tests.kafka_helpers import create_topic, produce, read_topic
+from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.running import numbered, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
 
@@ -31,7 +31,7 @@ def counting_app(app_id: str, source: str, sink: str, partitions: int, state_dir
         "topics": {source: {"partitions": partitions, "key_serde": "str"},
                    sink: {"partitions": partitions, "key_serde": "str"}},
         "processors": [
-            {"name": "count", "class": "tests.integration.apps:CountPerKey", "inputs": [source], "outputs": [sink],
+            {"name": "count", "class": "tests.support.apps:CountPerKey", "inputs": [source], "outputs": [sink],
              "params": {"output": sink}, "stores": {"counts": {"backend": backend}}}
         ],
         "state_dir": str(state_dir),
@@ -175,7 +175,7 @@ async def test_kill_9_loses_no_update(kafka_bootstrap: str, topic_name: TopicNam
     await produce(kafka_bootstrap, source, numbered(total))
     app = counting_app(topic_name("app"), source, sink, 2, tmp_path / "state", "rocksdb")
     app["kafka"] = {"bootstrap_servers": kafka_bootstrap}
-    app["processors"][0]["class"] = "tests.integration.apps:SlowCountPerKey"
+    app["processors"][0]["class"] = "tests.support.apps:SlowCountPerKey"
     path = write_app(tmp_path, app)
     for round_ in range(3):
         victim = spawn_worker(path, log=tmp_path / f"victim{round_}.log")

@@ -17,11 +17,11 @@ import msgpack
 import pytest
 
 from tests.conftest import TopicNamer
-from tests.integration.crash_on_start import CRASHING_WORKER
-from tests.integration.running import numbered, spawn_worker, write_app
 from tests.integration.test_exactly_once import FAST_FAILOVER, wait_exit
 from tests.integration.test_processing import echo_app, free_port_pair
-from tests.kafka_helpers import create_topic, produce, read_topic
+from tests.support.crash_on_start import CRASHING_WORKER
+from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.running import numbered, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
 
@@ -59,7 +59,7 @@ async def test_a_worker_killed_mid_run_is_restarted_and_the_group_outputs_every_
     await produce(kafka_bootstrap, source, numbered(total))
     app = echo_app(topic_name("app"), source, sink, 4, guarantee="exactly_once",
                    params={"crash_at": total // 2, "marker": str(tmp_path / "killed")})  # fmt: skip
-    app["processors"][0]["class"] = "tests.integration.apps:KillOnce"
+    app["processors"][0]["class"] = "tests.support.apps:KillOnce"
     app["kafka"] = {"bootstrap_servers": kafka_bootstrap, "consumer": FAST_FAILOVER}
     log = tmp_path / "workers.log"
     supervisor = spawn_worker(write_app(tmp_path, app), "--workers", "2", "--until-caught-up", log=log)
@@ -81,7 +81,7 @@ async def test_a_worker_that_dies_at_every_start_stops_the_group_naming_it(
     source, sink = topic_name("in"), topic_name("out")
     await create_topic(kafka_bootstrap, source, 2)
     app = echo_app(topic_name("app"), source, sink, 2)
-    app["processors"][0]["class"] = "tests.integration.crash_on_start:Echo"
+    app["processors"][0]["class"] = "tests.support.crash_on_start:Echo"
     app["kafka"] = {"bootstrap_servers": kafka_bootstrap}
     monkeypatch.setenv(CRASHING_WORKER, "1")
     log = tmp_path / "workers.log"

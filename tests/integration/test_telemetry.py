@@ -22,8 +22,8 @@ from runtime.telemetry import Telemetry
 from runtime.telemetry.tracing import current_fields, extract
 from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
-from tests.integration.running import numbered
-from tests.kafka_helpers import create_topic, produce, read_topic
+from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.running import numbered
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +39,7 @@ def echo_app(app_id: str, source: str, sink: str, bootstrap: str, **extra: Any) 
             "kafka": {"bootstrap_servers": bootstrap},
             "topics": {source: {"key_serde": "str"}, sink: {"key_serde": "str"}},
             "processors": [
-                {"name": "echo", "class": "tests.integration.apps:Echo", "inputs": [source], "outputs": [sink],
+                {"name": "echo", "class": "tests.support.apps:Echo", "inputs": [source], "outputs": [sink],
                  "params": params}
             ],
             "commit_interval_ms": 200,
@@ -267,7 +267,7 @@ async def test_restores_and_transactions_have_spans_and_metrics(
         "kafka": {"bootstrap_servers": kafka_bootstrap},
         "topics": {source: {"key_serde": "str"}, sink: {"key_serde": "str"}},
         "processors": [
-            {"name": "count", "class": "tests.integration.apps:CountPerKey", "inputs": [source], "outputs": [sink],
+            {"name": "count", "class": "tests.support.apps:CountPerKey", "inputs": [source], "outputs": [sink],
              "params": {"output": sink}, "stores": {"counts": {"backend": "memory"}}}
         ],
         "guarantee": "exactly_once",

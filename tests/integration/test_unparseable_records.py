@@ -13,8 +13,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from runtime.config import parse_app
 from runtime.worker.worker import Worker, WorkerFailed
 from tests.conftest import TopicNamer
-from tests.kafka_helpers import create_topic, read_topic
-from tests.raw_records import RawHeaders, produce_raw
+from tests.support.kafka_helpers import create_topic, read_topic
+from tests.support.raw_records import RawHeaders, produce_raw
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +43,7 @@ def echo_app(
         "guarantee": guarantee,
         "topics": {source: {"partitions": 2, "key_serde": "str"}, sink: {"key_serde": "str"}},
         "processors": [
-            {"name": "echo", "class": "tests.integration.apps:Echo", "inputs": [source], "outputs": [sink],
+            {"name": "echo", "class": "tests.support.apps:Echo", "inputs": [source], "outputs": [sink],
              "params": {"output": sink}}
         ],
         "errors": {"deserialization": policy, "processing": "fail", "dead_letter_topic": dead_letters},

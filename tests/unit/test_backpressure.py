@@ -10,7 +10,7 @@ from processors.record import Record
 from runtime.config import QueueConfig
 from runtime.counters import Counters
 from runtime.worker.backpressure import END_OF_RUN, Backpressure
-from tests.unit.engine_fakes import IN, FakeConsumer, make_task, raw
+from tests.support.engine_fakes import IN, FakeConsumer, make_task, raw
 
 TP0, TP1 = TopicPartition(IN, 0), TopicPartition(IN, 1)
 

@@ -15,7 +15,7 @@ from runtime.config import ErrorPolicy
 from runtime.errors import StopAfterCommit
 from runtime.guarantees.checkpoint import Checkpoint, Checkpoints, CommitBeforeProcessing, Committed
 from runtime.task.task import Task, TaskPhase
-from tests.unit.engine_fakes import IN, OUT, FakeState, Log, make_services, make_task, raw, until_idle
+from tests.support.engine_fakes import IN, OUT, FakeState, Log, make_services, make_task, raw, until_idle
 
 pytestmark = pytest.mark.anyio
 

@@ -25,7 +25,7 @@ from runtime.guarantees.consumer_commits import AtLeastOnce, AtMostOnce
 from runtime.guarantees.transactions import ExactlyOnce
 from runtime.task.task import Task, TaskPhase
 from runtime.telemetry import Telemetry, TelemetryConfig
-from tests.unit.engine_fakes import (
+from tests.support.engine_fakes import (
     IN,
     OUT,
     FakeConsumer,

@@ -19,7 +19,7 @@ import yaml
 
 from runtime.config import parse_app
 from runtime.worker.supervisor import for_worker
-from tests.config_cli_support import GUARD_EXIT, GUARD_MARKER, UNREACHABLE, install_network_guard, run_cli, write_yaml
+from tests.support.config_cli import GUARD_EXIT, GUARD_MARKER, UNREACHABLE, install_network_guard, run_cli, write_yaml
 
 EXIT_CONFIG = 2
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from runtime.config import load_app
-from tests.config_cli_support import REPO, install_network_guard, run_cli
+from tests.support.config_cli import REPO, install_network_guard, run_cli
 from tests.unit.test_config_cli import VALID, assert_config_error, processor
 
 LAUGHS = "\n".join(

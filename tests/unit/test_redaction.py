@@ -10,7 +10,7 @@ import pytest
 
 from runtime.config import parse_app
 from runtime.redaction import MASK, redact
-from tests.config_cli_support import REPO
+from tests.support.config_cli import REPO
 from tests.unit.test_config_cli import VALID
 
 

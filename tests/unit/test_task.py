@@ -21,7 +21,7 @@ from runtime.errors import StopAfterCommit
 from runtime.guarantees.checkpoint import Checkpoint
 from runtime.task.failures import RecordFailed
 from runtime.telemetry import Telemetry
-from tests.unit.engine_fakes import (
+from tests.support.engine_fakes import (
     DEAD,
     IN,
     OUT,

@@ -16,7 +16,7 @@ from runtime.config import ErrorPolicy
 from runtime.errors import StopAfterCommit
 from runtime.guarantees.checkpoint import Checkpoint
 from runtime.task.task import Task, TaskPhase
-from tests.unit.engine_fakes import (
+from tests.support.engine_fakes import (
     IN,
     OUT,
     FakeState,

@@ -26,7 +26,7 @@ from runtime.telemetry import RecordTracer, Telemetry, TelemetryConfig, setup
 from runtime.telemetry.setup import _http_endpoint
 from runtime.telemetry.tracing import extract
 from stores.serdes import resolve_serde
-from tests.otlp_receiver import OtlpReceiver
+from tests.support.otlp_receiver import OtlpReceiver
 
 TRACED = TelemetryConfig.model_validate({"traces": {"exporter": "none"}})
 

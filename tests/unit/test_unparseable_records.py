@@ -12,7 +12,7 @@ from aiokafka.record.memory_records import MemoryRecords
 
 from runtime.kafka.record_batches import RawBatch, read_batch, split_batches
 from runtime.kafka.unparseable import _StoppingRecords
-from tests.raw_records import RawHeaders, record_batch
+from tests.support.raw_records import RawHeaders, record_batch
 
 TP = TopicPartition("in", 0)
 BAD: RawHeaders = [(b"ok", b"1"), (b"\xff\xfe", b"2")]

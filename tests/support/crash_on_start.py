@@ -7,7 +7,7 @@ import os
 import signal
 
 from runtime.worker.supervisor import WORKER_INDEX
-from tests.integration.apps import Echo
+from tests.support.apps import Echo
 
 CRASHING_WORKER = "TEST_CRASHING_WORKER"
 

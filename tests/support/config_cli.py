@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Exit status and stderr marker of a process that tried to open a network connection.
 GUARD_EXIT = 99

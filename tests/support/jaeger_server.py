@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "scripts" / "jaeger.sh"
 CONFIG = Path(__file__).with_name("jaeger.yaml")
 PORTS = ("JAEGER_OTLP_HTTP_PORT", "JAEGER_OTLP_GRPC_PORT", "JAEGER_QUERY_HTTP_PORT", "JAEGER_QUERY_GRPC_PORT")

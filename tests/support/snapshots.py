@@ -14,7 +14,7 @@ from runtime.config import parse_app
 from runtime.worker.worker import Worker
 from stores.rocksdb import RocksDBBackend
 from stores.snapshot import Manifest, finish_snapshot, write_partition
-from tests.kafka_helpers import read_topic
+from tests.support.kafka_helpers import read_topic
 
 PARTITIONS = 3
 STORE = "counts"
@@ -28,7 +28,7 @@ def snapshot_app(app_id: str, source: str, sink: str, state_dir: Path, snapshots
         "topics": {source: {"partitions": PARTITIONS, "key_serde": "str"},
                    sink: {"partitions": PARTITIONS, "key_serde": "str"}},
         "processors": [
-            {"name": "count", "class": "tests.integration.apps:CountPerKey", "inputs": [source], "outputs": [sink],
+            {"name": "count", "class": "tests.support.apps:CountPerKey", "inputs": [source], "outputs": [sink],
              "params": {"output": sink}, "stores": {STORE: {"backend": "rocksdb"}}}
         ],
         "state_dir": str(state_dir),

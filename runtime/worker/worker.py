@@ -35,6 +35,7 @@ from runtime.worker.assignment import Assignment
 from runtime.worker.backpressure import Backpressure
 from runtime.worker.bounded_run import BoundedRun
 from runtime.worker.collector import bulk_allocations, freeze_what_lives
+from runtime.worker.levels import register_levels
 from runtime.worker.outcome import Outcome
 from runtime.worker.poll_loop import poll
 from stores import StoreError
@@ -193,7 +194,8 @@ class Worker:
         bounded_run = None
         if end_offsets is not None:
             bounded_run = BoundedRun(config, consumer, end_offsets, backpressure, assignment, checkpoints)
-        self._register_metrics(consumer, assignment, backpressure, restorer)
+        register_levels(self.telemetry.metrics, self.counters, consumer, assignment, backpressure, restorer,
+                        self.global_stores)  # fmt: skip
         follower = spawn(self._supervised("following the global stores", self.global_stores.follow()), "follower")
         tasks = lambda: list(assignment.tasks.values())  # noqa: E731
         timer = spawn(self._supervised("the commit timer", checkpoints.commit_periodically(tasks)), "commit timer")
@@ -248,37 +250,3 @@ class Worker:
 
     def _restore_consumer(self) -> AIOKafkaConsumer:
         return self._clients.consumer(group_id=None, client_id=f"{self.config.app_id}-restore")
-
-    def _register_metrics(
-        self,
-        consumer: AIOKafkaConsumer,
-        assignment: Assignment,
-        backpressure: Backpressure,
-        restorer: ChangelogRestorer,
-    ) -> None:
-        """Levels the metrics read when they are collected (in the exporter's thread: reads only)."""
-        metrics = self.telemetry.metrics
-        if not metrics.enabled:
-            return
-
-        def consumer_lag() -> dict[tuple[str, int], int]:
-            """Per assigned partition: records between the end (the last stable offset under
-            read_committed) and the next record its tasks will process; partitions no task has
-            processed from yet are left out."""
-            lag: dict[tuple[str, int], int] = {}
-            for tp in consumer.assignment():
-                end = consumer.last_stable_offset(tp)
-                if end is None or end < 0:
-                    end = consumer.highwater(tp)
-                readers = assignment.subscribers.get(tp, ())
-                positions = [task.next_offsets[tp] for task in readers if tp in task.next_offsets]
-                if end is not None and positions:
-                    lag[(tp.topic, tp.partition)] = max(0, end - min(positions))
-            return lag
-
-        metrics.register_counters(self.counters)
-        metrics.register_consumer_lag(consumer_lag)
-        metrics.register_queue_depth(lambda: {str(task.id): task.queued for task in list(assignment.tasks.values())})
-        metrics.register_paused_partitions(lambda: len(backpressure.paused()))
-        metrics.register_restore(lambda: dict(restorer.partitions))
-        metrics.register_global_store_offsets(self.global_stores.positions)

@@ -88,8 +88,8 @@ class Checkpoints:
         self._timer_stopped = asyncio.Event()
 
     async def commit(self, tasks: Iterable[Task]) -> None:
-        """Commit the running tasks, each as soon as it finishes the batch in flight. A task whose
-        processor failed (step 1.1) keeps the others from nothing: they commit, then it is raised."""
+        """Commit the running tasks, each as soon as its current record is done. A task whose processor's
+        flush failed (step 1.1) does not hold the others back: they commit, then its failure is raised."""
         async with self._one_at_a_time:
             running = [task for task in tasks if task.running]
             outcomes: list[Checkpoint | BaseException | None]

@@ -16,6 +16,7 @@ error, and 1 when one failed or was killed and was not restarted (the log names 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -55,6 +56,14 @@ def describe_exit(code: int) -> str:
     except ValueError:
         name = f"signal {-code}"
     return f"was killed by {name}"
+
+
+def signal_process(process: asyncio.subprocess.Process, signum: signal.Signals) -> None:
+    """`os.kill` rather than `Process.send_signal`, which polls the child first: that poll can reap a
+    worker that just died before asyncio's child watcher does, which then reports exit 255 instead of
+    the signal that killed it. A dead child not yet reaped is still a zombie, so its pid is not reused."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(process.pid, signum)
 
 
 class Supervisor:
@@ -102,7 +111,7 @@ class Supervisor:
     def _send(self, signum: signal.Signals) -> None:
         for process in self._running.values():
             if process.returncode is None:  # one that exited is gone: its supervising task has yet to see it
-                process.send_signal(signum)
+                signal_process(process, signum)
 
     async def _supervise(self, index: int) -> None:
         """Runs worker `index` until it is done, given up on, or the group stops; its last run's end counts."""
@@ -145,7 +154,7 @@ class Supervisor:
         process = await asyncio.create_subprocess_exec(*self._command, env={**self._env, WORKER_INDEX: str(index)})
         self._running[index] = process
         if self._stop_requested.is_set() and process.returncode is None:  # asked while it was being started
-            process.send_signal(self._stop_signals[-1])
+            signal_process(process, self._stop_signals[-1])
         log.info("worker %d started (pid %d)", index, process.pid)
         code = await process.wait()
         del self._running[index]

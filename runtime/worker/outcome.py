@@ -40,6 +40,3 @@ class Outcome:
         if self.failure is None:
             return True
         return isinstance(self.failure, StopAfterCommit) and not transactional
-
-    async def wait(self) -> None:
-        await self._stop.wait()

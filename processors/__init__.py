@@ -5,6 +5,16 @@ from processors.global_updater import GlobalStoreUpdater
 from processors.processor import Processor
 from processors.record import Record
 from processors.serdes import Serde
-from processors.stores import KeyValueStore, ReadOnlyStore
+from processors.stores import KeyValueStore, ReadOnlyStore, SessionStore, WindowStore
 
-__all__ = ["Context", "GlobalStoreUpdater", "KeyValueStore", "Processor", "ReadOnlyStore", "Record", "Serde"]
+__all__ = [
+    "Context",
+    "GlobalStoreUpdater",
+    "KeyValueStore",
+    "Processor",
+    "ReadOnlyStore",
+    "Record",
+    "Serde",
+    "SessionStore",
+    "WindowStore",
+]

@@ -46,3 +46,90 @@ class KeyValueStore(ReadOnlyStore, Protocol):
     def put(self, key: Any, value: Any) -> None: ...
 
     def delete(self, key: Any) -> None: ...
+
+
+class WindowStore(Protocol):
+    """A task's store of per-key values for fixed-size time windows (`ctx.window_store(name)`).
+
+    An entry is addressed by (key, window start in ms). Reads return entries in window-start order.
+    The store keeps its own **observed stream time**: the largest timestamp handed to `advance`.
+    Windows that start before `stream_time - retention_ms` have expired: `advance` removes them
+    (and their changelog gets tombstones), and a `put` into one is ignored, so the store's size
+    levels off however long the app runs. Like a key-value store, writes are read back at once and
+    are committed with the offsets of the records that made them; the observed stream time too.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def retention_ms(self) -> int: ...
+
+    @property
+    def stream_time(self) -> int:
+        """The largest timestamp observed (`advance`), or -1 before the first."""
+        ...
+
+    def advance(self, timestamp: int) -> int:
+        """Observe a record's timestamp: stream time becomes the larger of the two (it never goes back),
+        and windows older than the retention are removed. Returns the stream time."""
+        ...
+
+    def get(self, key: Any, start: int, default: Any = None) -> Any:
+        """The value of `key`'s window that starts at `start`, or `default`."""
+        ...
+
+    def put(self, key: Any, start: int, value: Any) -> bool:
+        """Write `key`'s window starting at `start`; False (and nothing written) when it has expired."""
+        ...
+
+    def delete(self, key: Any, start: int) -> None: ...
+
+    def fetch(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
+        """`key`'s windows with `time_from <= start <= time_to`, as (start, value), by start."""
+        ...
+
+    def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[Any, int, Any]]:
+        """Every key's windows with `time_from <= start <= time_to`, as (key, start, value), by start
+        (then by encoded key)."""
+        ...
+
+
+class SessionStore(Protocol):
+    """A task's store of per-key sessions (`ctx.session_store(name)`): values for variable-length
+    time spans (start, end), both in ms and inclusive, as session windows merge them.
+
+    It keeps an observed stream time like `WindowStore`; sessions that end before
+    `stream_time - retention_ms` are removed by `advance`, and a `put` of one is ignored.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def retention_ms(self) -> int: ...
+
+    @property
+    def stream_time(self) -> int:
+        """The largest timestamp observed (`advance`), or -1 before the first."""
+        ...
+
+    def advance(self, timestamp: int) -> int:
+        """As `WindowStore.advance`, for sessions' ends."""
+        ...
+
+    def find(self, key: Any, earliest_end: int, latest_start: int) -> Iterator[tuple[int, int, Any]]:
+        """`key`'s sessions with `end >= earliest_end` and `start <= latest_start`, as
+        (start, end, value), by end: those a record within the gap of them joins (or merges)."""
+        ...
+
+    def put(self, key: Any, start: int, end: int, value: Any) -> bool:
+        """Write `key`'s session (start, end); False (and nothing written) when it has expired."""
+        ...
+
+    def delete(self, key: Any, start: int, end: int) -> None: ...
+
+    def fetch_all(self, earliest_end: int, latest_end: int) -> Iterator[tuple[Any, int, int, Any]]:
+        """Every key's sessions with `earliest_end <= end <= latest_end`, as (key, start, end, value),
+        by end (then by encoded key)."""
+        ...

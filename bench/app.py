@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -68,6 +69,16 @@ class AppSpec:
         return path
 
 
+def children_cpu_seconds() -> float:
+    """User + system CPU time of this process's children (and theirs) that have exited and been waited for.
+
+    One runtime process runs at a time, so its CPU time is the difference across its `wait`: a figure
+    that other load on the machine barely moves, unlike the wall clock.
+    """
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 class RuntimeProcess:
     """`python -m runtime app.yaml [args]` with its output captured in a log file next to the YAML."""
 
@@ -82,6 +93,8 @@ class RuntimeProcess:
         profiler = ["-m", "cProfile", "-o", str(self.profile_path)] if self.profile_path else []
         command = [sys.executable, *profiler, "-m", "runtime", str(app_yaml), *args]
         self.started = time.perf_counter()
+        self._children_cpu_before = children_cpu_seconds()
+        self.cpu_seconds: float | None = None
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 command,
@@ -110,6 +123,7 @@ class RuntimeProcess:
             self.process.wait()
             raise RuntimeError(f"the runtime did not finish within {timeout:.0f}s; log: {self.log_path}") from None
         self.finished = time.perf_counter()
+        self.cpu_seconds = children_cpu_seconds() - self._children_cpu_before
         return code
 
     def wait_sampling_rss(self, timeout: float, interval: float = 0.1) -> int:

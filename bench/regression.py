@@ -73,6 +73,10 @@ class Pair:
         current, baseline = self.current.inner_rate(records), self.baseline.inner_rate(records)
         return current / baseline if current and baseline else None
 
+    def cpu_ratio(self, records: int) -> float | None:
+        current, baseline = self.current.cpu_rate(records), self.baseline.cpu_rate(records)
+        return current / baseline if current and baseline else None
+
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.regression", description=__doc__)
@@ -150,20 +154,32 @@ def summarize(pairs: list[Pair], records: int) -> dict[str, dict[str, float]]:
             "baseline_processing_rate": median_of(pair.baseline.inner_rate(records) for pair in mine),
             "current_processing_rate": median_of(pair.current.inner_rate(records) for pair in mine),
             "processing_ratio": median_of(pair.processing_ratio(records) for pair in mine),
+            "baseline_cpu_rate": median_of(pair.baseline.cpu_rate(records) for pair in mine),
+            "current_cpu_rate": median_of(pair.current.cpu_rate(records) for pair in mine),
+            "cpu_ratio": median_of(pair.cpu_ratio(records) for pair in mine),
         }
     return summary
 
 
 def print_summary(summary: dict[str, dict[str, float]], runs: int) -> None:
-    print(f"median of {runs} (records/s; wall clock of each process, start-up included | processing only):")
-    print(f"{'':34}{'baseline':>10}{'current':>10}{'ratio':>7} |{'baseline':>10}{'current':>10}{'ratio':>7}")
+    print(
+        f"median of {runs} (records/s; wall clock of each process, start-up included | processing only | "
+        "per CPU second of the runtime's processes):"
+    )
+    columns = f"{'baseline':>10}{'current':>10}{'ratio':>7}"
+    print(f"{'':34}{columns} |{columns} |{columns}")
     for name, figures in summary.items():
-        flag = "  beyond -2%" if min(figures["ratio"], figures["processing_ratio"]) < 1 - TOLERANCE else ""
-        print(
-            f"{name:34}{figures['baseline_rate']:10,.0f}{figures['current_rate']:10,.0f}{figures['ratio']:7.3f} |"
-            f"{figures['baseline_processing_rate']:10,.0f}{figures['current_processing_rate']:10,.0f}"
-            f"{figures['processing_ratio']:7.3f}{flag}"
-        )
+        ratios = (figures["ratio"], figures["processing_ratio"], figures["cpu_ratio"])
+        flag = "  beyond -2%" if min(ratios) < 1 - TOLERANCE else ""
+        line = f"{name:34}"
+        for kind in ("", "processing_", "cpu_"):
+            rate_of = "rate" if not kind else f"{kind}rate"
+            separator = " |" if kind else ""
+            line += (
+                f"{separator}{figures[f'baseline_{rate_of}']:10,.0f}{figures[f'current_{rate_of}']:10,.0f}"
+                f"{figures[f'{kind}ratio']:7.3f}"
+            )
+        print(line + flag)
 
 
 def main() -> None:
@@ -198,6 +214,8 @@ def main() -> None:
                 processing = pair.processing_ratio(args.records)
                 ratios = f"current/baseline {pair.ratio(args.records):.3f}"
                 ratios += f" (processing {processing:.3f})" if processing is not None else ""
+                cpu = pair.cpu_ratio(args.records)
+                ratios += f" (cpu {cpu:.3f})" if cpu is not None else ""
                 print(f"run {run}/{args.runs} {case.name}:")
                 print(f"  {describe('baseline', pair.baseline, args.records)}")
                 print(f"  {describe('current ', pair.current, args.records)}   {ratios}")
@@ -219,6 +237,7 @@ def main() -> None:
                 "current": asdict(pair.current),
                 "ratio": pair.ratio(args.records),
                 "processing_ratio": pair.processing_ratio(args.records),
+                "cpu_ratio": pair.cpu_ratio(args.records),
             }
             for pair in pairs
         ],

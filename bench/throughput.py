@@ -30,6 +30,11 @@ class Measurement:
     records_out: int
     inner_seconds: float | None
     logged_rate: float | None = None
+    cpu_seconds: float | None = None  # the runtime's processes, start-up included
+
+    def cpu_rate(self, records: int) -> float | None:
+        """Records per CPU second: less sensitive than the wall clock to other load on the machine."""
+        return records / self.cpu_seconds if self.cpu_seconds else None
 
     def rate(self, records: int) -> float:
         return records / self.wall_seconds
@@ -98,7 +103,7 @@ def run_app(
         raise RuntimeError(f"the runtime exited with {code}; log {process.log_path}:\n{process.log_tail()}")
     count = asyncio.run(finish_output(spec.bootstrap, spec.output_topic))
     processing = process.logged_span("assigned ", "caught up")
-    return Measurement(process.wall_seconds, count, processing, process.logged_rate()), process
+    return Measurement(process.wall_seconds, count, processing, process.logged_rate(), process.cpu_seconds), process
 
 
 def run_runtime(bootstrap: str, input_topic: str, args: argparse.Namespace, workdir: Path) -> tuple[Measurement, Path]:
@@ -121,6 +126,8 @@ def describe(name: str, measured: Measurement, records: int) -> str:
     inner = f" (processing {measured.inner_seconds:.2f} s = {inner_rate:,.0f} rec/s)" if inner_rate else ""
     if measured.logged_rate is not None:
         inner += f", logged {measured.logged_rate:,.0f} rec/s"
+    if measured.cpu_seconds:
+        inner += f", cpu {measured.cpu_seconds:.2f} s"
     dupes = f", {measured.records_out - records:+,} records out" if measured.records_out != records else ""
     return f"{name} {measured.wall_seconds:6.2f} s = {measured.rate(records):8,.0f} rec/s{inner}{dupes}"
 

@@ -171,15 +171,11 @@ def print_summary(summary: dict[str, dict[str, float]], runs: int) -> None:
     for name, figures in summary.items():
         ratios = (figures["ratio"], figures["processing_ratio"], figures["cpu_ratio"])
         flag = "  beyond -2%" if min(ratios) < 1 - TOLERANCE else ""
-        line = f"{name:34}"
-        for kind in ("", "processing_", "cpu_"):
-            rate_of = "rate" if not kind else f"{kind}rate"
-            separator = " |" if kind else ""
-            line += (
-                f"{separator}{figures[f'baseline_{rate_of}']:10,.0f}{figures[f'current_{rate_of}']:10,.0f}"
-                f"{figures[f'{kind}ratio']:7.3f}"
-            )
-        print(line + flag)
+        columns_of = [
+            f"{figures[f'baseline_{kind}rate']:10,.0f}{figures[f'current_{kind}rate']:10,.0f}{figures[f'{kind}ratio']:7.3f}"
+            for kind in ("", "processing_", "cpu_")
+        ]
+        print(f"{name:34}{' |'.join(columns_of)}{flag}")
 
 
 def main() -> None:

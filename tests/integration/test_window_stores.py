@@ -16,7 +16,7 @@ import msgpack
 import pytest
 
 from runtime.config import parse_app
-from runtime.worker.worker import Worker
+from runtime.worker.worker import Worker, WorkerFailed
 from stores import KeyValueStore, RocksDBBackend, SessionStore, WindowStore
 from stores.expiring import EXPIRY_STEPS
 from stores.layout import INDEX, MAX_TIME, MIN_TIME, session_of_index, window_of_index
@@ -24,6 +24,7 @@ from stores.partitioner import partition_for
 from stores.serdes import BytesSerde, StrSerde
 from tests.conftest import TopicNamer
 from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.snapshots import write_snapshot
 
 pytestmark = pytest.mark.anyio
 
@@ -185,3 +186,21 @@ async def test_a_lost_state_dir_restores_the_same_entries_and_stream_time(
         assert len(expired) > len(indexed) // 2, "most entries written have expired"
         assert all(latest[partition][key] is None for key in expired)
         assert all(spec.expires_by(key) >= removed_below for key, _ in task.items if key.startswith(INDEX))
+
+
+async def test_a_snapshot_of_key_value_rows_is_refused_for_a_window_store(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    """A bootstrap from bulk data writes rows as a key-value store holds them, not in the window layout."""
+    app_id, source = topic_name("app"), topic_name("in")
+    await create_topic(kafka_bootstrap, source, PARTITIONS)
+    rows = {partition: {b"user-1": msgpack.packb(5)} for partition in range(PARTITIONS)}
+    identity = {"app": app_id, "store": "windows", "partitions": PARTITIONS, "key_serde": "str",
+                "value_serde": "msgpack"}  # fmt: skip
+    write_snapshot(tmp_path / "snapshots" / "windows" / "bootstrap", identity, rows)
+    config = {
+        **app("window", app_id, source, tmp_path / "state"),
+        "snapshots": {"location": str(tmp_path / "snapshots")},
+    }
+    with pytest.raises(WorkerFailed, match=r"has kind='key_value', expected 'window' \(rows from bulk data make key"):
+        await run_until_caught_up(config, kafka_bootstrap)

@@ -1,9 +1,11 @@
 package bench.peers;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.HashMap;
 import java.util.Map;
@@ -27,10 +29,10 @@ import org.apache.kafka.streams.kstream.TimeWindows;
 /**
  * One workload of `python -m bench.peers` as a Kafka Streams DSL topology, one stream thread.
  *
- * <p>Arguments, all required: --bootstrap --input --output --application-id --state-dir --workload
- * (transform | count | window) --guarantee (at_least_once | exactly_once) --outputs N. It stops, with
- * KafkaStreams.close() (which commits and flushes), once N output records have been handed to its
- * producer: the benchmark knows how many the input makes.
+ * <p>It takes the command line of bench/peers/peer_args.py (--group is the application id; --partitions
+ * and --records are not needed here) and prints its settings as that module's `announce` does. It stops,
+ * with KafkaStreams.close() (which commits and flushes), once --outputs output records have been handed
+ * to its producer: the benchmark knows how many the input makes.
  */
 public final class KafkaStreamsPeer {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -44,6 +46,8 @@ public final class KafkaStreamsPeer {
         Map<String, String> options = options(args);
         String workload = options.get("workload");
         Properties settings = settings(options);
+        System.out.println("peer settings: " + new String(encode(JSON.valueToTree(settings)), StandardCharsets.UTF_8));
+        System.out.flush();
         long outputs = Long.parseLong(options.get("outputs"));
         CountDownLatch done = new CountDownLatch(1);
         AtomicLong sent = new AtomicLong();
@@ -72,7 +76,7 @@ public final class KafkaStreamsPeer {
     /** The settings recorded in the benchmark's result: Kafka Streams' defaults but these. */
     static Properties settings(Map<String, String> options) {
         Properties settings = new Properties();
-        settings.put(StreamsConfig.APPLICATION_ID_CONFIG, options.get("application-id"));
+        settings.put(StreamsConfig.APPLICATION_ID_CONFIG, options.get("group"));
         settings.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, options.get("bootstrap"));
         settings.put(StreamsConfig.STATE_DIR_CONFIG, options.get("state-dir"));
         settings.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
@@ -120,7 +124,7 @@ public final class KafkaStreamsPeer {
         return options;
     }
 
-    static byte[] encode(ObjectNode value) {
+    static byte[] encode(JsonNode value) {
         try {
             return JSON.writeValueAsBytes(value);
         } catch (IOException error) {

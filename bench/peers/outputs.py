@@ -72,9 +72,7 @@ class VisibleOutputs:
 
 async def read_back(bootstrap: str, topic: str, check: OutputCheck) -> int:
     """Hand every committed record of `topic` to `check` (key as str, value decoded from JSON); how many."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False
-    )
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False)
     await consumer.start()
     read = 0
     try:
@@ -83,7 +81,7 @@ async def read_back(bootstrap: str, topic: str, check: OutputCheck) -> int:
         await consumer.seek_to_beginning(*partitions)
         ends = await consumer.end_offsets(partitions)
         idle_since = time.monotonic()
-        while any(await consumer.position(tp) < end for tp, end in ends.items()):
+        while await unread(consumer, ends):
             batches = await consumer.getmany(timeout_ms=500, max_records=10_000)
             if not batches:
                 if time.monotonic() - idle_since > READ_IDLE_LIMIT:
@@ -97,3 +95,11 @@ async def read_back(bootstrap: str, topic: str, check: OutputCheck) -> int:
     finally:
         await consumer.stop()
     return read
+
+
+async def unread(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> bool:
+    """Whether some partition's position is short of its end offset."""
+    for partition, end in ends.items():
+        if await consumer.position(partition) < end:
+            return True
+    return False

@@ -16,6 +16,7 @@ from bench.peers.workloads import OutputCheck
 
 SAMPLE_EVERY = 0.05  # seconds
 READ_IDLE_LIMIT = 5.0  # seconds without a record before reading back gives up on the rest
+SETTLE_LIMIT = 60.0  # seconds after a peer's exit for its last transaction's markers to be written
 
 
 class VisibleOutputs:
@@ -23,7 +24,8 @@ class VisibleOutputs:
     (a ListOffsets request each, the end offsets under `read_committed`) and keeps their sum over time.
 
     Under exactly-once the sum also counts the transactions' commit markers, so the count of records is
-    read back afterwards (`read_back`); the samples give when the last of them became visible.
+    read back afterwards (`read_back`); the samples give when the last of them became visible. Leaving
+    the `with` block, the samples go on until everything written is visible.
     """
 
     def __init__(self, bootstrap: str, topic: str) -> None:
@@ -45,21 +47,30 @@ class VisibleOutputs:
         self._thread.join()
 
     async def _sample(self) -> None:
-        consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, isolation_level="read_committed")
-        await consumer.start()
+        committed = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, isolation_level="read_committed")
+        written = AIOKafkaConsumer(bootstrap_servers=self._bootstrap)
+        await asyncio.gather(committed.start(), written.start())
         try:
             partitions = [TopicPartition(self._topic, p) for p in await partitions_of(self._bootstrap, self._topic)]
-            while True:
-                stopping = self._done.is_set()  # one more sample after the peer exited: the final count
-                offsets = await consumer.end_offsets(partitions)
-                self.samples.append((time.perf_counter(), sum(offsets.values())))
-                if stopping:
-                    return
+            while not self._done.is_set():
+                await self._take(committed, partitions)
+                await asyncio.sleep(SAMPLE_EVERY)
+            # The peer exited. A transaction's commit markers reach the partitions after the commit returned,
+            # so sampling goes on until every record written is visible (or a hanging transaction times out).
+            deadline = time.monotonic() + SETTLE_LIMIT
+            while await self._take(committed, partitions) < sum((await written.end_offsets(partitions)).values()):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"records of {self._topic} still not visible {SETTLE_LIMIT:.0f}s after exit")
                 await asyncio.sleep(SAMPLE_EVERY)
         except Exception as error:  # reported with the run: without samples it has no visible time
             self.error = error
         finally:
-            await consumer.stop()
+            await asyncio.gather(committed.stop(), written.stop())
+
+    async def _take(self, consumer: AIOKafkaConsumer, partitions: list[TopicPartition]) -> int:
+        visible = int(sum((await consumer.end_offsets(partitions)).values()))
+        self.samples.append((time.perf_counter(), visible))
+        return visible
 
     def first_at_least(self, offsets: float) -> float | None:
         """When the visible offsets first reached `offsets` (a perf_counter time), None if never."""

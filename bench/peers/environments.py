@@ -18,6 +18,8 @@ from runtime.devkafka.jars import cache_root, kafka_version, require_tool
 HERE = Path(__file__).resolve().parent
 KAFKA_STREAMS_PROJECT = HERE / "kafka_streams"
 KAFKA_STREAMS_MAIN = "bench.peers.KafkaStreamsPeer"
+# slf4j-simple: warnings and errors only, with the time, on stderr (the run's log).
+JVM_LOGGING = ["-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-Dorg.slf4j.simpleLogger.showDateTime=true"]
 
 
 def peers_cache() -> Path:
@@ -64,7 +66,7 @@ def kafka_streams_command() -> list[str]:
         run([*maven, f"-Dkafka.version={version}", f"-Dpeer.build={build}", *goals], "building the Kafka Streams peer")
         (build / ".complete").touch()
     classpath = os.pathsep.join([str(build / "classes"), str(build / "dependency" / "*")])
-    return [require_tool("java"), "-cp", classpath, KAFKA_STREAMS_MAIN]
+    return [require_tool("java"), *JVM_LOGGING, "-cp", classpath, KAFKA_STREAMS_MAIN]
 
 
 def java_version() -> str:

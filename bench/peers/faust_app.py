@@ -31,12 +31,11 @@ CHECK_DONE_EVERY = 0.5  # seconds, the window workload's check whether every win
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The `faust.App` settings besides the run's own broker, app id and data directory."""
     return {
-        "broker": f"kafka://{args.bootstrap}",
         "store": "rocksdb://",
         "processing_guarantee": args.guarantee,
         "topic_partitions": args.partitions,
-        "datadir": args.state_dir,
         "consumer_auto_offset_reset": "earliest",
         "web_enabled": False,
     }
@@ -67,7 +66,7 @@ def main() -> None:
     args = parse(__doc__ or "")
     chosen = settings(args)
     announce(chosen)
-    app = faust.App(args.group, **chosen)
+    app = faust.App(args.group, broker=f"kafka://{args.bootstrap}", datadir=args.state_dir, **chosen)
     source = app.topic(args.input, key_type=str, key_serializer="raw", value_serializer="json")
     sink = app.topic(args.output, key_type=str, key_serializer="raw", value_serializer="json")
     # Faust's windows close by the wall clock, so how many results it sends is not known beforehand.

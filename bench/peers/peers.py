@@ -127,8 +127,16 @@ class Runtime(Peer):
         return RuntimeProcess(self.app(run).write(run.workdir), "--until-caught-up")
 
     def settings(self, run: Run, process: LoggedProcess) -> dict[str, Any]:
-        app = self.app(run).to_yaml()
-        return {name: app[name] for name in ("topics", "processors", "guarantee")}
+        app = self.app(run)
+        return {
+            "guarantee": app.guarantee,
+            "key_serde": "str",
+            "value_serde": app.value_serde,
+            "processor": app.processor_class,
+            "stores": app.stores,
+            "workers": 1,
+            "args": "--until-caught-up",
+        }
 
 
 class BareLoop(Peer):

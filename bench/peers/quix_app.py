@@ -18,11 +18,9 @@ from bench.peers.peer_args import announce, parse
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The `Application` settings besides the run's own broker, group and state directory."""
     return {
-        "broker_address": args.bootstrap,
-        "consumer_group": args.group,
         "auto_offset_reset": "earliest",
-        "state_dir": args.state_dir,
         "processing_guarantee": "exactly-once" if args.guarantee == "exactly_once" else "at-least-once",
     }
 
@@ -42,7 +40,7 @@ def main() -> None:
     args = parse(__doc__ or "")
     chosen = settings(args)
     announce(chosen)
-    app = Application(**chosen)
+    app = Application(broker_address=args.bootstrap, consumer_group=args.group, state_dir=args.state_dir, **chosen)
     source = app.topic(args.input, key_deserializer="str", value_deserializer="json")
     sink = app.topic(args.output, key_serializer="str", value_serializer="json")
     sdf = app.dataframe(source)

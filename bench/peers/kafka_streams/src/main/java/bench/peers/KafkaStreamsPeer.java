@@ -46,8 +46,7 @@ public final class KafkaStreamsPeer {
         Map<String, String> options = options(args);
         String workload = options.get("workload");
         Properties settings = settings(options);
-        System.out.println("peer settings: " + new String(encode(JSON.valueToTree(settings)), StandardCharsets.UTF_8));
-        System.out.flush();
+        announce(settings);
         long outputs = Long.parseLong(options.get("outputs"));
         CountDownLatch done = new CountDownLatch(1);
         AtomicLong sent = new AtomicLong();
@@ -73,7 +72,18 @@ public final class KafkaStreamsPeer {
         }
     }
 
-    /** The settings recorded in the benchmark's result: Kafka Streams' defaults but these. */
+    /** As peer_args.announce: the settings but the run's own application id, broker and state directory. */
+    static void announce(Properties settings) {
+        Properties shown = new Properties();
+        shown.putAll(settings);
+        shown.remove(StreamsConfig.APPLICATION_ID_CONFIG);
+        shown.remove(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG);
+        shown.remove(StreamsConfig.STATE_DIR_CONFIG);
+        System.out.println("peer settings: " + new String(encode(JSON.valueToTree(shown)), StandardCharsets.UTF_8));
+        System.out.flush();
+    }
+
+    /** Kafka Streams' defaults but these. */
     static Properties settings(Map<String, String> options) {
         Properties settings = new Properties();
         settings.put(StreamsConfig.APPLICATION_ID_CONFIG, options.get("group"));
@@ -85,8 +95,10 @@ public final class KafkaStreamsPeer {
         settings.put(
                 StreamsConfig.PROCESSING_GUARANTEE_CONFIG,
                 exactlyOnce ? StreamsConfig.EXACTLY_ONCE_V2 : StreamsConfig.AT_LEAST_ONCE);
-        if (options.get("workload").equals("count")) {
-            // The record cache would fold several updates of a key into one; the workload emits every update.
+        if (!options.get("workload").equals("transform")) {
+            // The record cache holds a store's updates until the next commit (every 30 s at-least-once) and
+            // folds several updates of a key into one: the count workload emits every update, and the window
+            // workload's results would wait for that commit to reach suppress. Its output is the same either way.
             settings.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         }
         return settings;

@@ -114,7 +114,7 @@ def main() -> None:
             if progress.read >= progress.records and not any(True for _ in table.data):
                 progress.stop()
 
-    sys.argv = [sys.argv[0], "--loop", "uvloop", "worker", "--loglevel", "warning"]
+    sys.argv = [sys.argv[0], "--loop", "uvloop", "worker", "--loglevel", "warn"]
     app.main()
 
 

@@ -26,6 +26,7 @@ from bench.peers.peers import Peer, Run, all_peers
 from bench.peers.report import MB, summarize
 from bench.peers.workloads import WINDOW, WORKLOADS, Workload, expected_outputs
 from bench.stats import run_directory, write_result
+from runtime.devkafka import kafka_version
 
 # What the figures of docs/performance.md are measured at; smaller runs are labelled as such.
 FULL_SIZE = {"records": 1_000_000, "keys": 100_000, "partitions": 6, "rounds": 3}
@@ -131,6 +132,7 @@ def main() -> None:
         "rounds": args.rounds,
         "peers": [peer.name for peer in peers],
         "workloads": {workload.name: asdict(workload) for workload in workloads},
+        "broker": f"Kafka {kafka_version()}, one local node" if not args.bootstrap else f"at {args.bootstrap}",
         "versions": versions,
         "settings": settings,
         "skipped": skipped,

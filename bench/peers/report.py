@@ -80,7 +80,32 @@ def markdown(result: dict[str, Any]) -> str:
     for workload, figures in result["summary"].items():
         cells = [ratio_cell(ratio(figures, peer, "rate"), ratio(figures, peer, "cpu_rate")) for peer in others]
         lines.append(f"| {workload} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *setup(result)])
+
+
+def setup(result: dict[str, Any]) -> list[str]:
+    """The machine, the versions and every peer's settings per workload, as the result file recorded them."""
+    machine = result["environment"]
+    memory = f", {machine['memory_bytes'] / 1024**3:.0f} GiB" if machine.get("memory_bytes") else ""
+    lines = [
+        f"Machine: {machine.get('cpu_model') or machine['machine']}, {machine['cpus']} cores{memory}, "
+        f"{machine['platform']}, Python {machine['python']}; the broker ({result['broker']}) shares it. "
+        "Command: `" + result["command"] + "`.",
+        "",
+        "| peer | version |",
+        "|---|---|",
+        *(f"| {peer} | {version} |" for peer, version in result["versions"].items()),
+        "",
+        "Settings, besides each run's own topics, group (application id) and state directory; "
+        "everything else is the peer's default:",
+        "",
+        "| peer | workload | settings |",
+        "|---|---|---|",
+    ]
+    for peer, by_workload in result["settings"].items():
+        for workload, settings in by_workload.items():
+            lines.append(f"| {peer} | {workload} | `{json.dumps(settings, sort_keys=True)}` |")
+    return lines
 
 
 def row(workload: str, peer: str, figures: dict[str, Any] | None, skipped: str | None) -> str:

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,11 +86,21 @@ class Peer(ABC):
         return {}
 
 
-# The runtime's app per workload kind: processor class, processor name, stores. The window workload's
-# app joins them once the runtime has windows (docs/performance.md, "The window workload").
-RUNTIME_APPS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    TRANSFORM: ("bench.processors:Transform", "transform", {}),
-    COUNT: ("bench.processors:CountPerKey", "count", count_store("rocksdb")),
+@dataclass(frozen=True)
+class RuntimeApp:
+    """The runtime's processor for one workload kind: its class, name, `stores:` entry and `params`."""
+
+    processor_class: str
+    processor_name: str
+    stores: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+# The runtime's app per workload kind. The window workload's joins them once the runtime has windows
+# (docs/performance.md, "The runtime's window workload"); until then the runtime skips it.
+RUNTIME_APPS: dict[str, RuntimeApp] = {
+    TRANSFORM: RuntimeApp("bench.processors:Transform", "transform"),
+    COUNT: RuntimeApp("bench.processors:CountPerKey", "count", count_store("rocksdb")),
 }
 
 
@@ -108,17 +118,18 @@ class Runtime(Peer):
         return None
 
     def app(self, run: Run) -> AppSpec:
-        processor_class, processor_name, stores = RUNTIME_APPS[run.workload.kind]
+        app = RUNTIME_APPS[run.workload.kind]
         return AppSpec(
             app_id=run.group,
             bootstrap=run.bootstrap,
             input_topic=run.input_topic,
             output_topic=run.output_topic,
             partitions=run.source.partitions,
-            processor_class=processor_class,
+            processor_class=app.processor_class,
+            params=app.params,
             guarantee=run.workload.guarantee,
-            processor_name=processor_name,
-            stores=stores,
+            processor_name=app.processor_name,
+            stores=app.stores,
             extra={"state_dir": str(run.state_dir)},
             value_serde="json",
         )
@@ -133,6 +144,7 @@ class Runtime(Peer):
             "key_serde": "str",
             "value_serde": app.value_serde,
             "processor": app.processor_class,
+            "params": app.params,
             "stores": app.stores,
             "workers": 1,
             "args": "--until-caught-up",

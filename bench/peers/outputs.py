@@ -32,12 +32,15 @@ class VisibleOutputs:
         self._bootstrap = bootstrap
         self._topic = topic
         self._done = threading.Event()
+        self._ready = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._sample()), name="visible outputs")
         self.samples: list[tuple[float, int]] = []  # (time.perf_counter(), visible offsets in all partitions)
         self.error: BaseException | None = None
 
     def __enter__(self) -> VisibleOutputs:
+        """Start sampling; return once the first sample is in, so that the peer starts on a quiet machine."""
         self._thread.start()
+        self._ready.wait()
         return self
 
     def __exit__(
@@ -54,6 +57,7 @@ class VisibleOutputs:
             partitions = [TopicPartition(self._topic, p) for p in await partitions_of(self._bootstrap, self._topic)]
             while not self._done.is_set():
                 await self._take(committed, partitions)
+                self._ready.set()
                 await asyncio.sleep(SAMPLE_EVERY)
             # The peer exited. A transaction's commit markers reach the partitions after the commit returned,
             # so sampling goes on until every record written is visible (or a hanging transaction times out).
@@ -65,6 +69,7 @@ class VisibleOutputs:
         except Exception as error:  # reported with the run: without samples it has no visible time
             self.error = error
         finally:
+            self._ready.set()
             await asyncio.gather(committed.stop(), written.stop())
 
     async def _take(self, consumer: AIOKafkaConsumer, partitions: list[TopicPartition]) -> int:

@@ -61,11 +61,16 @@ def ratio(figures: dict[str, dict[str, Any]], peer: str, field: str) -> float | 
 def markdown(result: dict[str, Any]) -> str:
     """The tables for docs/performance.md: figures per workload and peer, then the runtime's ratios."""
     peers: list[str] = result["peers"]
-    label = "" if result["full_size"] else " (a small run: figures of the machine's noise, not a measurement)"
     source = result["input"]
+    label = (
+        ""
+        if result["full_size"]
+        else " **Small-run figures**, which show start-up more than throughput: they check the setup and are "
+        "no measurement; the full-size run replaces them."
+    )
     lines = [
         f"Input: {source['records']:,} JSON records, {source['keys']:,} keys, {source['partitions']} partitions; "
-        f"median of {result['rounds']} interleaved round(s){label}. Result file: `{result['path']}`.",
+        f"median of {result['rounds']} interleaved round(s). Result file: `{result['path']}`.{label}",
         "",
         "| workload | peer | records/s to last output | steady records/s | CPU s | records/CPU s | peak RSS MB "
         "| output |",

@@ -61,7 +61,7 @@ def describe(outcome: Outcome) -> str:
 
 
 def rounds(
-    peers: list[Peer], workloads: list[Workload], source: Input, bootstrap: str, args: argparse.Namespace, workdir: Path
+    peers: list[Peer], workloads: list[Workload], source: Input, bootstrap: str, count: int, workdir: Path
 ) -> tuple[list[Outcome], dict[str, dict[str, str]]]:
     """Every peer on every workload, round after round; the order of the peers turns by one each round."""
     outcomes: list[Outcome] = []
@@ -77,11 +77,11 @@ def rounds(
     )
     print(f"  produced at {fill_rate:,.0f} rec/s; {source.windows()} windows of 1 minute in its timestamps")
     with tempfile.TemporaryDirectory(prefix="bench-peers-state-") as state:
-        for number in range(1, args.rounds + 1):
+        for number in range(1, count + 1):
             turn = (number - 1) % len(peers)
             order = peers[turn:] + peers[:turn]
             for workload in workloads:
-                print(f"round {number}/{args.rounds}, {workload.name} ({outputs[workload.name]:,} outputs):")
+                print(f"round {number}/{count}, {workload.name} ({outputs[workload.name]:,} outputs):")
                 for peer in order:
                     note = peer.skips(workload)
                     if note is not None:
@@ -121,7 +121,7 @@ def main() -> None:
     if any(workload.kind == WINDOW for workload in workloads) and not source.last_window_holds_every_key():
         print("note: the last window lacks some keys, so closing windows by key or by partition differs there")
     with kafka(args.bootstrap) as bootstrap:
-        outcomes, skipped = rounds(peers, workloads, source, bootstrap, args, workdir)
+        outcomes, skipped = rounds(peers, workloads, source, bootstrap, args.rounds, workdir)
     settings: dict[str, dict[str, Any]] = {}
     for outcome in outcomes:
         settings.setdefault(outcome.peer, {}).setdefault(outcome.workload, outcome.settings)

@@ -79,26 +79,18 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-class RuntimeProcess:
-    """`python -m runtime app.yaml [args]` with its output captured in a log file next to the YAML."""
+class LoggedProcess:
+    """A benchmarked subprocess: its output captured in `log_path`, its wall clock, CPU time and peak RSS measured."""
 
-    def __init__(self, app_yaml: Path, *args: str, profile: bool = False, tree: Path = REPO_ROOT) -> None:
-        """With `profile`, the runtime runs under cProfile, which writes `profile_path` (`.prof` next to the log).
-
-        `tree` is the source tree whose runtime runs (another commit exported, to compare with it).
-        """
-        self.log_path = app_yaml.with_suffix(".log")
-        self.profile_path = app_yaml.with_suffix(".prof") if profile else None
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": python_path(tree)}
-        profiler = ["-m", "cProfile", "-o", str(self.profile_path)] if self.profile_path else []
-        command = [sys.executable, *profiler, "-m", "runtime", str(app_yaml), *args]
+    def __init__(self, command: list[str], log_path: Path, cwd: Path, env: dict[str, str]) -> None:
+        self.log_path = log_path
         self.started = time.perf_counter()
         self._children_cpu_before = children_cpu_seconds()
         self.cpu_seconds: float | None = None
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 command,
-                cwd=tree,
+                cwd=cwd,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -121,7 +113,9 @@ class RuntimeProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-            raise RuntimeError(f"the runtime did not finish within {timeout:.0f}s; log: {self.log_path}") from None
+            raise RuntimeError(
+                f"{self.log_path.stem} did not finish within {timeout:.0f}s; log: {self.log_path}"
+            ) from None
         self.finished = time.perf_counter()
         self.cpu_seconds = children_cpu_seconds() - self._children_cpu_before
         return code
@@ -162,6 +156,21 @@ class RuntimeProcess:
 
     def log_tail(self, lines: int = 25) -> str:
         return "\n".join(self.log().splitlines()[-lines:])
+
+
+class RuntimeProcess(LoggedProcess):
+    """`python -m runtime app.yaml [args]` with its output captured in a log file next to the YAML."""
+
+    def __init__(self, app_yaml: Path, *args: str, profile: bool = False, tree: Path = REPO_ROOT) -> None:
+        """With `profile`, the runtime runs under cProfile, which writes `profile_path` (`.prof` next to the log).
+
+        `tree` is the source tree whose runtime runs (another commit exported, to compare with it).
+        """
+        self.profile_path = app_yaml.with_suffix(".prof") if profile else None
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": python_path(tree)}
+        profiler = ["-m", "cProfile", "-o", str(self.profile_path)] if self.profile_path else []
+        command = [sys.executable, *profiler, "-m", "runtime", str(app_yaml), *args]
+        super().__init__(command, app_yaml.with_suffix(".log"), tree, env)
 
     def timed_lines(self) -> Iterator[tuple[datetime, str]]:
         """The log lines that start with a timestamp, with it parsed (millisecond resolution)."""

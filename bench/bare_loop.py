@@ -1,8 +1,9 @@
 """The baseline: the same job as the runtime's `Transform` app, written as one bare aiokafka loop.
 
-`python -m bench.bare_loop --bootstrap HOST:PORT --input T --output T --group G`
+`python -m bench.bare_loop --bootstrap HOST:PORT --input T --output T --group G [--serde msgpack|json]`
 
-getmany() -> msgpack-decode each value -> add a field -> msgpack-encode -> one batch per output
+getmany() -> decode each value (msgpack, or JSON with orjson as the runtime's `json` serde) -> add a
+field -> encode -> one batch per output
 partition via create_batch()/send_batch() (Kafka's murmur2 partitioner, memoized per key as the
 runtime's is) -> wait for the acks -> commit, until it has read everything the input held at
 start-up. It prints one JSON line: records read and the seconds spent in the loop (start-up and
@@ -15,18 +16,27 @@ import argparse
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
+import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.data import BATCH_BYTES, BatchProducer
 
 MAX_RECORDS = 50_000
 DESCRIPTION = "The throughput baseline: one bare aiokafka consume-transform-produce loop."
+# Each serde's decode and encode of a value.
+CODECS: dict[str, tuple[Callable[[bytes], Any], Callable[[Any], bytes]]] = {
+    "msgpack": (msgpack.unpackb, msgpack.Packer().pack),
+    "json": (orjson.loads, orjson.dumps),
+}
 
 
-async def run(bootstrap: str, input_topic: str, output_topic: str, group: str, batch_bytes: int) -> dict[str, Any]:
+async def run(
+    bootstrap: str, input_topic: str, output_topic: str, group: str, batch_bytes: int, serde: str = "msgpack"
+) -> dict[str, Any]:
     consumer = AIOKafkaConsumer(
         input_topic,
         bootstrap_servers=bootstrap,
@@ -49,8 +59,7 @@ async def run(bootstrap: str, input_topic: str, output_topic: str, group: str, b
         total = sum(ends.values())
         output_partitions = len(await producer.partitions_for(output_topic))
         out = BatchProducer(producer, output_topic, output_partitions)
-        packer = msgpack.Packer()
-        unpackb = msgpack.unpackb
+        decode, encode = CODECS[serde]
         seen = 0
         first: float | None = None
         while seen < total:
@@ -61,10 +70,10 @@ async def run(bootstrap: str, input_topic: str, output_topic: str, group: str, b
                 first = time.perf_counter()
             for records in batches.values():
                 for record in records:
-                    value = unpackb(record.value)
+                    value = decode(record.value)
                     value["seen"] = True
                     key = record.key.decode()
-                    await out.append(key.encode(), packer.pack(value))
+                    await out.append(key.encode(), encode(value))
                 seen += len(records)
             await out.flush()
             await consumer.commit()
@@ -82,8 +91,9 @@ def main() -> None:
     parser.add_argument("--output", required=True)
     parser.add_argument("--group", required=True)
     parser.add_argument("--batch-bytes", type=int, default=BATCH_BYTES)
+    parser.add_argument("--serde", choices=sorted(CODECS), default="msgpack", help="the values' encoding")
     args = parser.parse_args()
-    result = asyncio.run(run(args.bootstrap, args.input, args.output, args.group, args.batch_bytes))
+    result = asyncio.run(run(args.bootstrap, args.input, args.output, args.group, args.batch_bytes, args.serde))
     print(json.dumps(result), flush=True)
 
 

@@ -65,6 +65,15 @@ async def delete_topics(bootstrap: str, topics: list[str]) -> None:
         await admin.close()
 
 
+async def topic_names(bootstrap: str) -> list[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return sorted(await admin.list_topics())
+    finally:
+        await admin.close()
+
+
 async def partitions_of(bootstrap: str, topic: str, with_leader: bool = False) -> list[int]:
     """The partitions of `topic` the metadata lists (only those with a leader, if `with_leader`)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)

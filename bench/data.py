@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -42,15 +43,18 @@ class BatchProducer:
         self._open: dict[int, Any] = {}
         self._futures: list[asyncio.Future[Any]] = []
 
-    async def append(self, key: bytes, value: bytes, partition: int | None = None) -> None:
+    async def append(
+        self, key: bytes, value: bytes, partition: int | None = None, timestamp: int | None = None
+    ) -> None:
+        """Append one record; `timestamp` (ms) None lets the producer stamp it with the time of sending."""
         target = partition_for(key, self._partitions) if partition is None else partition
         batch = self._open.get(target)
         if batch is None:
             batch = self._open[target] = self._producer.create_batch()
-        if batch.append(key=key, value=value, timestamp=None) is None:
+        if batch.append(key=key, value=value, timestamp=timestamp) is None:
             await self._send(target, batch)
             batch = self._open[target] = self._producer.create_batch()
-            batch.append(key=key, value=value, timestamp=None)
+            batch.append(key=key, value=value, timestamp=timestamp)
 
     async def _send(self, partition: int, batch: Any) -> None:
         self._futures.append(await self._producer.send_batch(batch, self._topic, partition=partition))
@@ -77,10 +81,17 @@ class BatchProducer:
 
 
 async def fill_topic(
-    bootstrap: str, topic: str, records: int, partitions: int, keys: int = DISTINCT_KEYS, value_serde: str = "msgpack"
+    bootstrap: str,
+    topic: str,
+    records: int,
+    partitions: int,
+    keys: int = DISTINCT_KEYS,
+    value_serde: str = "msgpack",
+    timestamp: Callable[[int], int] | None = None,
 ) -> float:
     """Produce `records` records over `keys` distinct keys (record i has key i mod `keys`) into `topic`,
-    values encoded by the runtime's `value_serde`, as an app's output would be.
+    values encoded by the runtime's `value_serde`, as an app's output would be; record i's timestamp is
+    `timestamp(i)` (ms), or the time of sending without it.
 
     Returns the records per second achieved.
     """
@@ -96,7 +107,8 @@ async def fill_topic(
         out = BatchProducer(producer, topic, partitions)
         for index in range(records):
             slot = index % keys
-            await out.append(encoded[slot], encode(make_value(index, keys)), targets[slot])
+            stamp = timestamp(index) if timestamp is not None else None
+            await out.append(encoded[slot], encode(make_value(index, keys)), targets[slot], stamp)
             if index % 100_000 == 99_999:
                 await out.flush()
         await out.flush()

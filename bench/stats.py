@@ -48,8 +48,20 @@ def environment() -> dict[str, Any]:
         "aiokafka": aiokafka.__version__,
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         "platform": platform.platform(),
     }
+
+
+def cpu_model() -> str:
+    """The processor's name as Linux gives it (/proc/cpuinfo), else as the platform module does."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
 
 
 def run_directory(name: str) -> Path:

@@ -1,0 +1,235 @@
+"""The five peers: how each one is installed, started on a workload, and what settings it runs with."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiokafka
+
+from bench import bare_loop
+from bench.app import REPO_ROOT, AppSpec, LoggedProcess, RuntimeProcess, python_path
+from bench.data import BATCH_BYTES
+from bench.peers import environments
+from bench.peers.inputs import Input
+from bench.peers.peer_args import SETTINGS_PREFIX
+from bench.peers.workloads import COUNT, TRANSFORM, Workload
+from bench.regression import git
+from bench.stateful import count_store
+from runtime.devkafka import kafka_version
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one peer process gets: the input, a fresh output topic, group (application id) and state directory."""
+
+    bootstrap: str
+    workload: Workload
+    source: Input
+    input_topic: str
+    output_topic: str
+    group: str
+    state_dir: Path
+    outputs: int  # how many records a correct peer writes
+    workdir: Path  # the invocation's result directory: logs, app YAMLs
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.group}.log"
+
+    def app_arguments(self) -> list[str]:
+        """The command line of `bench.peers.peer_args`."""
+        return [
+            "--bootstrap", self.bootstrap,
+            "--input", self.input_topic,
+            "--output", self.output_topic,
+            "--group", self.group,
+            "--state-dir", str(self.state_dir),
+            "--workload", self.workload.kind,
+            "--guarantee", self.workload.guarantee,
+            "--partitions", str(self.source.partitions),
+            "--records", str(self.source.records),
+            "--outputs", str(self.outputs),
+        ]  # fmt: skip
+
+
+class Peer(ABC):
+    """One stream processor under comparison."""
+
+    name: str
+
+    def prepare(self) -> None:
+        """Install or build what it needs (once; later calls find it done)."""
+        return None
+
+    @abstractmethod
+    def version(self) -> str: ...
+
+    def skips(self, workload: Workload) -> str | None:
+        """Why it does not run `workload`, or None when it does."""
+        return None
+
+    @abstractmethod
+    def start(self, run: Run) -> LoggedProcess: ...
+
+    def settings(self, run: Run, process: LoggedProcess) -> dict[str, Any]:
+        """The settings it ran with, as its app printed them (`peer_args.announce`)."""
+        for line in process.log().splitlines():
+            if line.startswith(SETTINGS_PREFIX):
+                settings: dict[str, Any] = json.loads(line.removeprefix(SETTINGS_PREFIX))
+                return settings
+        return {}
+
+
+@dataclass(frozen=True)
+class RuntimeApp:
+    """The runtime's processor for one workload kind: its class, name, `stores:` entry and `params`."""
+
+    processor_class: str
+    processor_name: str
+    stores: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+# The runtime's app per workload kind. The window workload's joins them once the runtime has windows
+# (docs/performance.md, "The runtime's window workload"); until then the runtime skips it.
+RUNTIME_APPS: dict[str, RuntimeApp] = {
+    TRANSFORM: RuntimeApp("bench.processors:Transform", "transform"),
+    COUNT: RuntimeApp("bench.processors:CountPerKey", "count", count_store("rocksdb")),
+}
+
+
+class Runtime(Peer):
+    """This runtime: `python -m runtime app.yaml --until-caught-up`, the apps of `bench/processors.py`."""
+
+    name = "runtime"
+
+    def version(self) -> str:
+        return git("describe", "--always", "--dirty") or "unknown"
+
+    def skips(self, workload: Workload) -> str | None:
+        if workload.kind not in RUNTIME_APPS:
+            return "the runtime has no window processor yet"
+        return None
+
+    def app(self, run: Run) -> AppSpec:
+        app = RUNTIME_APPS[run.workload.kind]
+        return AppSpec(
+            app_id=run.group,
+            bootstrap=run.bootstrap,
+            input_topic=run.input_topic,
+            output_topic=run.output_topic,
+            partitions=run.source.partitions,
+            processor_class=app.processor_class,
+            params=app.params,
+            guarantee=run.workload.guarantee,
+            processor_name=app.processor_name,
+            stores=app.stores,
+            extra={"state_dir": str(run.state_dir)},
+            value_serde="json",
+        )
+
+    def start(self, run: Run) -> LoggedProcess:
+        return RuntimeProcess(self.app(run).write(run.workdir), "--until-caught-up")
+
+    def settings(self, run: Run, process: LoggedProcess) -> dict[str, Any]:
+        app = self.app(run)
+        return {
+            "guarantee": app.guarantee,
+            "key_serde": "str",
+            "value_serde": app.value_serde,
+            "processor": app.processor_class,
+            "params": app.params,
+            "stores": app.stores,
+            "workers": 1,
+            "args": "--until-caught-up",
+        }
+
+
+class BareLoop(Peer):
+    """`bench/bare_loop.py` with `--serde json`: the stateless job as one hand-written aiokafka loop."""
+
+    name = "bare"
+
+    def version(self) -> str:
+        return f"aiokafka {aiokafka.__version__}"
+
+    def skips(self, workload: Workload) -> str | None:
+        if workload.kind != TRANSFORM or workload.guarantee != "at_least_once":
+            return "the bare loop does the stateless job at-least-once only"
+        return None
+
+    def start(self, run: Run) -> LoggedProcess:
+        command = [sys.executable, "-m", "bench.bare_loop", "--bootstrap", run.bootstrap, "--input", run.input_topic]
+        command += ["--output", run.output_topic, "--group", run.group, "--serde", "json"]
+        return LoggedProcess(command, run.log_path, REPO_ROOT, child_environment())
+
+    def settings(self, run: Run, process: LoggedProcess) -> dict[str, Any]:
+        return {
+            "serde": "json (orjson)",
+            "getmany_max_records": bare_loop.MAX_RECORDS,
+            "producer": {"acks": "all", "enable_idempotence": True, "max_batch_size": BATCH_BYTES},
+            "commit": "after each getmany's outputs are acknowledged",
+        }
+
+
+class PythonPeer(Peer):
+    """A Python library in its own virtualenv, running `bench.peers.<module>`."""
+
+    def __init__(self, name: str, module: str, package: str) -> None:
+        self.name = name
+        self._module = module
+        self._package = package
+        self._python: Path | None = None
+
+    def prepare(self) -> None:
+        self._python = environments.virtualenv_python(self.name)
+
+    def version(self) -> str:
+        return f"{self._package} {environments.pinned_version(self.name, self._package)}"
+
+    def start(self, run: Run) -> LoggedProcess:
+        if self._python is None:
+            raise RuntimeError(f"{self.name} is not prepared")
+        command = [str(self._python), "-m", self._module, *run.app_arguments()]
+        return LoggedProcess(command, run.log_path, REPO_ROOT, child_environment())
+
+
+class KafkaStreams(Peer):
+    """`bench/peers/kafka_streams`, built by Maven with Kafka Streams at the broker's Kafka version."""
+
+    name = "kafka-streams"
+
+    def __init__(self) -> None:
+        self._command: list[str] = []
+
+    def prepare(self) -> None:
+        self._command = environments.kafka_streams_command()
+
+    def version(self) -> str:
+        return f"kafka-streams {kafka_version()} on {environments.java_version()}"
+
+    def start(self, run: Run) -> LoggedProcess:
+        if not self._command:
+            raise RuntimeError(f"{self.name} is not prepared")
+        return LoggedProcess([*self._command, *run.app_arguments()], run.log_path, REPO_ROOT, child_environment())
+
+
+def child_environment() -> dict[str, str]:
+    """The environment of a peer's process: this repository importable (`bench.peers.peer_args`), output unbuffered."""
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": python_path(REPO_ROOT)}
+
+
+def all_peers() -> list[Peer]:
+    return [
+        Runtime(),
+        PythonPeer("quix", "bench.peers.quix_app", "quixstreams"),
+        PythonPeer("faust", "bench.peers.faust_app", "faust-streaming"),
+        KafkaStreams(),
+        BareLoop(),
+    ]

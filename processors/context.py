@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from processors.stores import KeyValueStore, ReadOnlyStore
 
 Punctuation = Callable[[], Awaitable[None] | None]
+PunctuationTime = Literal["wall_clock", "stream_time"]
 
 
 class Context(ABC):
@@ -32,6 +33,12 @@ class Context(ABC):
     def params(self) -> Mapping[str, Any]:
         """The processor's `params` from the app YAML."""
 
+    @property
+    @abstractmethod
+    def stream_time(self) -> int:
+        """The largest timestamp (epoch ms) among the records this task processed, the current one
+        included; -1 before the first. It never goes back: a record older than it leaves it as it is."""
+
     @abstractmethod
     def send(
         self,
@@ -54,5 +61,11 @@ class Context(ABC):
         """A global store of the app (`global_stores:` in the YAML): the whole table, on every task, read-only."""
 
     @abstractmethod
-    def schedule(self, every_ms: int, callback: Punctuation) -> None:
-        """Call `callback` every `every_ms` of wall-clock time, between records, never concurrently."""
+    def schedule(self, every_ms: int, callback: Punctuation, time: PunctuationTime = "wall_clock") -> None:
+        """Call `callback` every `every_ms`, between records, never concurrently.
+
+        `wall_clock`: every `every_ms` of real time, whether records come or not. `stream_time`: when
+        `stream_time` reaches a multiple of `every_ms`, after the record that brought it there (so
+        first after the task's first record, as Kafka Streams does); a jump over several multiples
+        calls it once, and it is not called while stream time stands still, however long that is.
+        """

@@ -37,7 +37,9 @@ class Context(ABC):
     @abstractmethod
     def stream_time(self) -> int:
         """The largest timestamp (epoch ms) among the records this task processed, the current one
-        included; -1 before the first. It never goes back: a record older than it leaves it as it is."""
+        included; -1 before the first. A record older than it leaves it as it is. Records processed
+        again after an aborted transaction see the stream time they saw the first time; a task that
+        starts (after a restart, or on another worker) starts from -1."""
 
     @abstractmethod
     def send(
@@ -65,7 +67,7 @@ class Context(ABC):
         """Call `callback` every `every_ms`, between records, never concurrently.
 
         `wall_clock`: every `every_ms` of real time, whether records come or not. `stream_time`: when
-        `stream_time` reaches a multiple of `every_ms`, after the record that brought it there (so
-        first after the task's first record, as Kafka Streams does); a jump over several multiples
-        calls it once, and it is not called while stream time stands still, however long that is.
+        `stream_time` reaches a multiple of `every_ms`, after the record that brought it there (so,
+        scheduled in `init`, first after the task's first record, as in Kafka Streams); a jump over
+        several multiples calls it once, and it is not called while stream time stands still.
         """

@@ -316,3 +316,18 @@ async def test_records_for_an_input_the_task_had_none_of_end_the_run_in_flight_t
         await until_idle(task)
 
     assert [t for _, t, _ in journal.seen] == [10, 15, 20, 30]
+
+
+async def test_a_record_whose_event_time_cannot_be_read_goes_to_the_policy_without_upsetting_the_order() -> None:
+    journal = Journal()
+    services = make_services(timestamps={IN: field_reader("at"), "other": field_reader("at")})
+    task = make_task(journal, services, inputs=[A, B])
+    task.enqueue(A, [at(IN, 0, 1, at=30), raw(1, b"{broken", topic=IN), at(IN, 2, 2, at=50)])
+    task.enqueue(B, [at("other", 0, 3, at=20), at("other", 1, 4), at("other", 2, 5, at=40)])  # 1 has no `at`
+
+    async with running(task):
+        await until_idle(task)
+
+    assert [(topic, t) for topic, t, _ in journal.seen] == [("other", 20), (IN, 30), ("other", 40), (IN, 50)]
+    assert services.counters.skipped == 2
+    assert task.next_offsets == {A: 3, B: 3}

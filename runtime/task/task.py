@@ -402,7 +402,7 @@ class Task:
         build = self._builders[tp.topic]
         process, context, is_async = self._processor.process, self._context, self._is_async
         pending = context.pending
-        punctuation_due = self._next_stream_time_punctuation()
+        stream_time, punctuation_due = context.latest_timestamp, self._next_stream_time_punctuation()
         processed = 0
         done: int | None = None  # the offset after the last record handled
         try:
@@ -424,8 +424,8 @@ class Task:
                     done = raw.offset + 1
                     continue
                 timestamp = record.timestamp
-                if timestamp > context.latest_timestamp:
-                    context.latest_timestamp = timestamp
+                if timestamp > stream_time:
+                    stream_time = context.latest_timestamp = timestamp
                     if timestamp >= punctuation_due:
                         self._interrupted = True  # after this record
                 released = len(pending)
@@ -456,7 +456,7 @@ class Task:
         start_span, timed, name = tracer.start_process_span, metrics.enabled, self.id.processor
         carried_classes = CARRIED_CLASSES
         pending = context.pending
-        punctuation_due = self._next_stream_time_punctuation()
+        stream_time, punctuation_due = context.latest_timestamp, self._next_stream_time_punctuation()
         processed = 0
         done: int | None = None  # the offset after the last record handled
         try:
@@ -479,8 +479,8 @@ class Task:
                         done = raw.offset + 1
                         continue
                     timestamp = record.timestamp
-                    if timestamp > context.latest_timestamp:
-                        context.latest_timestamp = timestamp
+                    if timestamp > stream_time:
+                        stream_time = context.latest_timestamp = timestamp
                         if timestamp >= punctuation_due:
                             self._interrupted = True  # after this record
                     released = len(pending)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from processors.stores import KeyValueStore, ReadOnlyStore, SessionStore, WindowStore
 
 Punctuation = Callable[[], Awaitable[None] | None]
+PunctuationTime = Literal["wall_clock", "stream_time"]
 
 
 class Context(ABC):
@@ -31,6 +32,14 @@ class Context(ABC):
     @abstractmethod
     def params(self) -> Mapping[str, Any]:
         """The processor's `params` from the app YAML."""
+
+    @property
+    @abstractmethod
+    def stream_time(self) -> int:
+        """The largest timestamp (epoch ms) among the records this task processed, the current one
+        included; -1 before the first. A record older than it leaves it as it is. Records processed
+        again after an aborted transaction see the stream time they saw the first time; a task that
+        starts (after a restart, or on another worker) starts from -1."""
 
     @abstractmethod
     def send(
@@ -62,5 +71,11 @@ class Context(ABC):
         """A global store of the app (`global_stores:` in the YAML): the whole table, on every task, read-only."""
 
     @abstractmethod
-    def schedule(self, every_ms: int, callback: Punctuation) -> None:
-        """Call `callback` every `every_ms` of wall-clock time, between records, never concurrently."""
+    def schedule(self, every_ms: int, callback: Punctuation, time: PunctuationTime = "wall_clock") -> None:
+        """Call `callback` every `every_ms`, between records, never concurrently.
+
+        `wall_clock`: every `every_ms` of real time, whether records come or not. `stream_time`: when
+        `stream_time` reaches a multiple of `every_ms`, after the record that brought it there (so,
+        scheduled in `init`, first after the task's first record, as in Kafka Streams); a jump over
+        several multiples calls it once, and it is not called while stream time stands still.
+        """

@@ -15,7 +15,9 @@ class Processor:
 
     1. Constructed with no arguments when the partition is assigned.
     2. `init(ctx)`, once, after the task's stores are restored and before its first record.
-    3. `process(record, ctx)` for each record, in offset order; punctuations run between records.
+    3. `process(record, ctx)` for each record, in offset order; with several inputs, in timestamp
+       order across them (each input's records still in offset order). Punctuations, on the wall
+       clock or on stream time (`ctx.schedule`), run between records.
     4. `flush(ctx)` at every commit, before the offsets of the records processed so far are
        committed (inside the transaction under exactly-once). A sink writes what it buffered here:
        once `flush` returns, those records are never processed again. If it raises, none of the

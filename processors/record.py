@@ -20,7 +20,7 @@ class Record:
     topic: str
     partition: int
     offset: int
-    timestamp: int
+    timestamp: int  # event time, epoch ms: Kafka's, unless the topic's `timestamp` setting says where else
     key: Any
     value: Any
     headers: Headers = ()

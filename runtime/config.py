@@ -16,6 +16,7 @@ from runtime.redaction import USERINFO, redact
 from runtime.store_kinds import retention_fits_kind
 from runtime.substitution import UnsetVariable, expand_variables
 from runtime.telemetry.config import TelemetryConfig
+from runtime.timestamp_config import TimestampConfig
 from runtime.yaml_loader import MAX_BYTES, UnsafeYaml, load_yaml
 from stores.layout import StoreKind
 from stores.serdes import import_object, resolve_serde
@@ -112,6 +113,7 @@ class TopicConfig(Strict):
     value_serde: str = "msgpack"
     cleanup_policy: Literal["delete", "compact", "compact,delete"] = "delete"
     config: dict[str, str] = Field(default_factory=dict)
+    timestamp: TimestampConfig | None = None  # None: the Kafka record's timestamp
 
     _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: _known_serde(name)))
 
@@ -256,6 +258,7 @@ class AppConfig(Strict):
     commit_interval_ms: int | None = Field(default=None, ge=1, le=INT32_MAX)
     transaction_timeout_ms: int = Field(default=10_000, ge=1000)
     queue: QueueConfig = Field(default_factory=QueueConfig)
+    max_task_idle_ms: int = Field(default=0, ge=0, le=INT32_MAX)
     errors: ErrorsConfig = Field(default_factory=ErrorsConfig)
     create_topics: bool = True
     shutdown_timeout_s: float = Field(default=30.0, gt=0)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from time import monotonic
 from typing import Any
 
-from processors.context import Context, Punctuation
+from processors.context import Context, Punctuation, PunctuationTime
 from processors.serdes import Serde
 from runtime.kafka.outputs import Headers, Output
 from runtime.kafka.record_limits import DEFAULT_MAX_REQUEST_SIZE, Limits, RecordRefused, TopicLimits, check_record
@@ -24,7 +24,24 @@ Encode = Callable[[Any], bytes]
 class Punctuator:
     every_s: float
     callback: Punctuation
-    due: float
+    due: float  # time.monotonic()
+
+
+@dataclass(eq=False)
+class StreamTimePunctuator:
+    every_ms: int
+    callback: Punctuation
+    due: int  # a stream time: a multiple of every_ms
+
+    def schedule_after(self, stream_time: int) -> None:
+        """Due next at the first multiple of `every_ms` above `stream_time`."""
+        self.due = (stream_time // self.every_ms + 1) * self.every_ms
+
+
+@dataclass(frozen=True)
+class StreamTimeCheckpoint:
+    stream_time: int
+    dues: Mapping[StreamTimePunctuator, int]
 
 
 PendingOutput = Output
@@ -52,6 +69,9 @@ class TaskContext(Context):
     # The trace context of the record being processed, which `send` gives its outputs (when traced).
     trace_fields: OutputContext | tuple[()] = ()
     punctuators: list[Punctuator] = field(default_factory=list)
+    stream_time_punctuators: list[StreamTimePunctuator] = field(default_factory=list)
+    # `stream_time`, as a plain attribute: the task's loop compares each record's timestamp with it.
+    latest_timestamp: int = -1
     # One lookup per `send` finds both encoders and the topic's limits, and an output not declared is
     # simply missing. A record whose key and value bytes stay within `plain_bytes` (at most a traceparent
     # besides) fits; a key-less one counts `keyless` (past `plain_bytes` when the topic needs a key).
@@ -96,6 +116,20 @@ class TaskContext(Context):
     @property
     def params(self) -> Mapping[str, Any]:
         return self._params
+
+    @property
+    def stream_time(self) -> int:
+        return self.latest_timestamp
+
+    def stream_time_now(self) -> StreamTimeCheckpoint:
+        return StreamTimeCheckpoint(self.latest_timestamp, {p: p.due for p in self.stream_time_punctuators})
+
+    def go_back_to(self, checkpoint: StreamTimeCheckpoint) -> None:
+        """The task goes back to committed offsets: their records are processed again with the stream
+        time, and the stream-time punctuations, they met the first time."""
+        self.latest_timestamp = checkpoint.stream_time
+        for punctuator in self.stream_time_punctuators:
+            punctuator.due = checkpoint.dues.get(punctuator, punctuator.due)
 
     def send(
         self,
@@ -171,8 +205,15 @@ class TaskContext(Context):
             raise KeyError(f"there is no global store '{name}' (the app has {sorted(self._global_stores)})")
         return store
 
-    def schedule(self, every_ms: int, callback: Punctuation) -> None:
+    def schedule(self, every_ms: int, callback: Punctuation, time: PunctuationTime = "wall_clock") -> None:
         if every_ms <= 0:
             raise ValueError("every_ms must be positive")
-        every_s = every_ms / 1000
-        self.punctuators.append(Punctuator(every_s, callback, time.monotonic() + every_s))
+        if time == "wall_clock":
+            every_s = every_ms / 1000
+            self.punctuators.append(Punctuator(every_s, callback, monotonic() + every_s))
+        elif time == "stream_time":
+            punctuator = StreamTimePunctuator(every_ms, callback, 0)
+            punctuator.schedule_after(self.latest_timestamp)
+            self.stream_time_punctuators.append(punctuator)
+        else:
+            raise ValueError(f"time must be 'wall_clock' or 'stream_time', not {time!r}")

@@ -4,6 +4,12 @@ A task takes its turn (`Task.turn`) for each batch and each punctuation, and the
 (runtime/guarantees/checkpoint.py) takes the same turn to prepare a commit: so a commit never sees
 half a record, and a processor's `flush` never runs while it processes. A commit that waits for the
 turn ends the batch in flight after its current record; the rest of the batch stays first in line.
+
+A task with one input partition processes each list the poll loop hands over as a batch. One with
+several (a processor with several co-partitioned inputs) processes their records in timestamp order
+(`runtime/task/timestamp_order.py`), in runs of one partition's records, each through the same loop.
+The loop keeps the task's stream time, and a stream-time punctuation that falls due ends the batch
+after the record that brought it, to run before the next.
 """
 
 from __future__ import annotations
@@ -12,15 +18,17 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import operator
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from aiokafka import TopicPartition
 
+from processors.context import Punctuation
 from processors.processor import Processor
 from processors.record import Record
 from runtime.counters import Counters
@@ -29,13 +37,17 @@ from runtime.guarantees.checkpoint import Checkpoint, CommitBeforeProcessing
 from runtime.kafka.outputs import Outputs
 from runtime.state.task_state import TaskState
 from runtime.task.context import TaskContext, TopicSerdes
+from runtime.task.event_time import RecordBuilder, TimestampOf, raw_event_time, stamping
 from runtime.task.failures import FailureHandler, Stage
+from runtime.task.timestamp_order import EventTimeOf, InputQueue, TimestampOrder
 from runtime.telemetry import Telemetry
 from runtime.telemetry.trace_headers import CARRIED_CLASSES, UNTRACED
 from runtime.telemetry.tracing import ProcessScope
 from stores import ReadOnlyStore
 
 log = logging.getLogger(__name__)
+
+NEVER = 1 << 63  # a stream time no record reaches: the loop's due time when no stream-time punctuation is due
 
 
 @dataclass(frozen=True, order=True)
@@ -65,6 +77,11 @@ class TaskServices:
     telemetry: Telemetry
     on_dequeue: Callable[[Task], None]
     commit_before_processing: CommitBeforeProcessing | None  # at-most-once only
+    timestamps: Mapping[str, TimestampOf] = field(default_factory=dict)  # topics whose event time is not Kafka's
+    # A task with several inputs waits up to this long for one with nothing queued that Kafka still
+    # has records of (`unfetched`), before it goes on without it.
+    max_task_idle_s: float = 0.0
+    unfetched: Callable[[TopicPartition], bool] = lambda tp: False
 
 
 async def settle(result: Awaitable[None] | None) -> None:
@@ -103,10 +120,19 @@ class Task:
         self._wakeup = asyncio.Event()
         self.lost = False
         self._stopping = False
-        self._interrupted = False  # stopping, or a commit waits for the turn: the batch ends at this record
+        # The batch ends at this record: the task stops, a commit waits for the turn, a stream-time
+        # punctuation is due, or records came for an input the task had none of.
+        self._interrupted = False
+        self._commit_waits = False
         self._busy = False
         self._is_async = inspect.iscoroutinefunction(processor.process)
         self._flushes = type(processor).flush is not Processor.flush
+        self._builders: dict[str, RecordBuilder] = {}
+        for tp in inputs:
+            timestamp_of = services.timestamps.get(tp.topic)
+            self._builders[tp.topic] = Record if timestamp_of is None else stamping(timestamp_of)
+        self._merge = self._timestamp_order() if len(inputs) > 1 else None
+        self._stream_time_checkpoint = self._committed_stream_time = context.stream_time_now()
 
     @property
     def running(self) -> bool:
@@ -116,7 +142,20 @@ class Task:
     def idle(self) -> bool:
         return self.queued == 0 and not self._busy
 
+    @property
+    def merges_inputs(self) -> bool:
+        return self._merge is not None
+
+    def queued_inputs(self) -> list[TopicPartition]:
+        """The inputs with records queued here."""
+        if self._merge is None:
+            return self.inputs if self.queued else []
+        waiting = {tp for tp, _ in self._queue}
+        return [tp for tp, queue in self._merge.queues.items() if queue.count or tp in waiting]
+
     def enqueue(self, tp: TopicPartition, records: list[Any]) -> None:
+        if self._merge is not None and self._busy and not self._merge.queues[tp].count:
+            self._interrupted = True  # the run in flight ends, so that these are ordered in
         self._queue.append((tp, records))
         self.queued += len(records)
         self._wakeup.set()
@@ -130,8 +169,9 @@ class Task:
     async def commit_turn(self) -> AsyncIterator[None]:
         """The task's turn, for a commit: the batch in flight ends after its current record (the rest
         stays queued), so a slow processor's commit waits for one record rather than a whole fetch."""
-        self._interrupted = True
+        self._interrupted = self._commit_waits = True
         async with self.turn:
+            self._commit_waits = False
             self._interrupted = self._stopping
             yield
 
@@ -141,11 +181,15 @@ class Task:
         self.request_stop()
 
     def rewind(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """Forget queued records and go back to `offsets` (the consumer was sought there)."""
+        """Forget queued records and go back to `offsets` (the consumer was sought there), which the
+        last commit covered, and to the stream time of that commit."""
         self._queue.clear()
+        if self._merge is not None:
+            self._merge.clear()
         self.queued = 0
         self.next_offsets = dict(offsets)
         self._context.pending.clear()
+        self._context.go_back_to(self._committed_stream_time)
         self._services.on_dequeue(self)
 
     def refuse(self, refusals: Mapping[tuple[str, int, int], str]) -> None:
@@ -154,8 +198,10 @@ class Task:
         self._context.refuse(refusals)
 
     def committed(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """Refusals of records below `offsets` are done with."""
+        """The last checkpoint is committed: refusals of records below `offsets` are done with, and its
+        stream time is where going back to its offsets goes back to."""
         self._context.forget_refusals({(tp.topic, tp.partition): offset for tp, offset in offsets.items()})
+        self._committed_stream_time = self._stream_time_checkpoint
 
     def mark_caught_up(self, tp: TopicPartition, end: int) -> None:
         """Every record below `end` was processed (gaps are compaction or transaction markers)."""
@@ -176,10 +222,14 @@ class Task:
                     break
                 async with self.turn:
                     await self._punctuate()
-                    if self._queue:
+                    if self._merge is not None:
+                        await self._take_runs(self._merge)
+                    elif self._queue:
                         await self._take_batch()
         finally:
             self._queue.clear()
+            if self._merge is not None:
+                self._merge.clear()
             self.queued = 0
 
     async def _take_batch(self) -> None:
@@ -187,7 +237,9 @@ class Task:
         self._busy = True
         rest: list[Any] = []
         try:
-            rest = await self._process_batch(tp, records)
+            admitted = await self._admit(tp, records)
+            if admitted:
+                rest = await self._process_batch(tp, admitted)
             await self.outputs.flush()
         finally:
             self._busy = False
@@ -195,6 +247,44 @@ class Task:
                 self._queue.appendleft((tp, rest))
             self.queued -= len(records) - len(rest)
             self._services.on_dequeue(self)
+
+    async def _take_runs(self, merge: TimestampOrder) -> None:
+        """Runs of records in timestamp order across the inputs, as many as were queued when the turn
+        began, until the order has to wait for an input, or the batch is interrupted."""
+        self._busy = True
+        budget = self.queued
+        try:
+            while budget > 0 and not self._interrupted:
+                while self._queue:
+                    tp, records = self._queue.popleft()
+                    admitted = await self._admit(tp, records)
+                    self.queued -= len(records) - len(admitted)
+                    budget -= len(records) - len(admitted)
+                    if admitted:
+                        merge.queues[tp].add(admitted)
+                run = merge.next_run(time.monotonic())
+                if run is None:
+                    break
+                tp, records = run
+                rest = await self._process_batch(tp, records)
+                if rest:
+                    merge.put_back(tp, rest)
+                self.queued -= len(records) - len(rest)
+                budget -= len(records) - len(rest)
+            await self.outputs.flush()
+        finally:
+            self._busy = False
+            self._services.on_dequeue(self)
+
+    def _timestamp_order(self) -> TimestampOrder:
+        queues = [InputQueue(tp, rank, self._event_time_of(tp.topic)) for rank, tp in enumerate(self.inputs)]
+        return TimestampOrder(queues, self._services.max_task_idle_s, self._services.unfetched)
+
+    def _event_time_of(self, topic: str) -> EventTimeOf:
+        if topic not in self._services.timestamps:
+            return operator.attrgetter("timestamp")
+        key_serde, value_serde = self._services.serdes[topic]
+        return raw_event_time(self._builders[topic], key_serde.deserialize, value_serde.deserialize)
 
     async def prepare_commit(self) -> Checkpoint | None:
         """Steps 1.1 to 1.4 of the commit protocol, in the task's turn; None when there is nothing to
@@ -212,6 +302,7 @@ class Task:
         self._release_outputs()  # 1.2
         if self.state is not None:
             self.state.log_changes()  # 1.3
+        self._stream_time_checkpoint = self._context.stream_time_now()
         return Checkpoint(self, dict(self.next_offsets))  # 1.4
 
     async def close(self) -> None:
@@ -244,31 +335,55 @@ class Task:
                     "succeeds", self.id.processor, self.id, error)  # fmt: skip
 
     async def _wait_for_work(self) -> None:
-        if self._queue:
+        merge = self._merge
+        if self._queue or (merge is not None and merge.count and merge.wait_ends is None):
             return
+        if self._next_stream_time_punctuation() <= self._context.latest_timestamp:
+            return  # the last record brought it: it runs now, not when the next record comes
         self._wakeup.clear()
-        punctuators = self._context.punctuators
-        timeout = max(0.0, min(p.due for p in punctuators) - time.monotonic()) if punctuators else None
+        dues = [p.due for p in self._context.punctuators]
+        if merge is not None and merge.count and merge.wait_ends is not None:
+            dues.append(merge.wait_ends)  # then it goes on without the input it waits for
+        timeout = max(0.0, min(dues) - time.monotonic()) if dues else None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wakeup.wait(), timeout)
 
     async def _punctuate(self) -> None:
+        self._interrupted = self._stopping or self._commit_waits  # a batch ended for a punctuation runs it now
         now = time.monotonic()
-        pending = self._context.pending
         for punctuator in self._context.punctuators:
-            if punctuator.due > now:
-                continue
-            punctuator.due = now + punctuator.every_s
-            released = len(pending)
-            try:
-                await settle(punctuator.callback())
-            except Exception as error:  # nothing of a failed punctuation escapes
-                del pending[released:]
-                if self._services.failures.stops_on(Stage.PROCESSING):
-                    raise self._lifecycle_failed("a punctuation", error) from error
-                self._services.counters.skipped += 1
-                log.warning("a punctuation of task %s failed (%r); skipped", self.id, error)
-            self._release_outputs()
+            if punctuator.due <= now:
+                punctuator.due = now + punctuator.every_s
+                await self._run_punctuation(punctuator.callback)
+        stream_time = self._context.latest_timestamp
+        for stream_punctuator in self._context.stream_time_punctuators:
+            if stream_punctuator.due <= stream_time:
+                stream_punctuator.schedule_after(stream_time)
+                await self._run_punctuation(stream_punctuator.callback)
+
+    async def _run_punctuation(self, callback: Punctuation) -> None:
+        pending = self._context.pending
+        released = len(pending)
+        try:
+            await settle(callback())
+        except Exception as error:  # nothing of a failed punctuation escapes
+            del pending[released:]
+            if self._services.failures.stops_on(Stage.PROCESSING):
+                raise self._lifecycle_failed("a punctuation", error) from error
+            self._services.counters.skipped += 1
+            log.warning("a punctuation of task %s failed (%r); skipped", self.id, error)
+        self._release_outputs()
+
+    def _next_stream_time_punctuation(self) -> int:
+        return min((p.due for p in self._context.stream_time_punctuators), default=NEVER)
+
+    async def _admit(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
+        """The records of a list the poll loop handed over that are to be processed: a bounded run's
+        only those below its end offsets; at-most-once commits their offsets first."""
+        records = self._within_run(tp, records)
+        if records and self._services.commit_before_processing is not None:
+            await self._services.commit_before_processing(tp, records)
+        return records
 
     def _within_run(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
         """A bounded run processes only the records below the end offsets taken at its start."""
@@ -279,18 +394,15 @@ class Task:
 
     async def _process_batch(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
         """Returns the records it left for later, when interrupted."""
-        records = self._within_run(tp, records)
-        if not records:
-            return []
-        if self._services.commit_before_processing is not None:
-            await self._services.commit_before_processing(tp, records)
         telemetry = self._services.telemetry
         if telemetry.tracer.enabled or telemetry.metrics.enabled:
             return await self._process_batch_observed(tp, records)
         key_serde, value_serde = self._services.serdes[tp.topic]
         decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
+        build = self._builders[tp.topic]
         process, context, is_async = self._processor.process, self._context, self._is_async
         pending = context.pending
+        stream_time, punctuation_due = context.latest_timestamp, self._next_stream_time_punctuation()
         processed = 0
         done: int | None = None  # the offset after the last record handled
         try:
@@ -298,7 +410,7 @@ class Task:
                 if self._interrupted:
                     return records[records.index(raw) :]
                 try:
-                    record = Record(
+                    record = build(
                         raw.topic,
                         raw.partition,
                         raw.offset,
@@ -307,10 +419,15 @@ class Task:
                         None if raw.value is None else decode_value(raw.value),
                         raw.headers,
                     )
-                except Exception as error:  # any decoding error goes to the policy
+                except Exception as error:  # any decoding error, or event time not found, goes to the policy
                     self._undecodable(raw, error)
                     done = raw.offset + 1
                     continue
+                timestamp = record.timestamp
+                if timestamp > stream_time:
+                    stream_time = context.latest_timestamp = timestamp
+                    if timestamp >= punctuation_due:
+                        self._interrupted = True  # after this record
                 released = len(pending)
                 context.source = raw
                 try:
@@ -333,11 +450,13 @@ class Task:
         the two loops share every path but the call itself (tests run both)."""
         key_serde, value_serde = self._services.serdes[tp.topic]
         decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
+        build = self._builders[tp.topic]
         process, context, is_async = self._processor.process, self._context, self._is_async
         tracer, metrics = self._services.telemetry.tracer, self._services.telemetry.metrics
         start_span, timed, name = tracer.start_process_span, metrics.enabled, self.id.processor
         carried_classes = CARRIED_CLASSES
         pending = context.pending
+        stream_time, punctuation_due = context.latest_timestamp, self._next_stream_time_punctuation()
         processed = 0
         done: int | None = None  # the offset after the last record handled
         try:
@@ -346,7 +465,7 @@ class Task:
                     if self._interrupted:
                         return records[records.index(raw) :]
                     try:
-                        record = Record(
+                        record = build(
                             raw.topic,
                             raw.partition,
                             raw.offset,
@@ -355,10 +474,15 @@ class Task:
                             None if raw.value is None else decode_value(raw.value),
                             raw.headers,
                         )
-                    except Exception as error:  # any decoding error goes to the policy
+                    except Exception as error:  # any decoding error, or event time not found, goes to the policy
                         self._undecodable(raw, error)
                         done = raw.offset + 1
                         continue
+                    timestamp = record.timestamp
+                    if timestamp > stream_time:
+                        stream_time = context.latest_timestamp = timestamp
+                        if timestamp >= punctuation_due:
+                            self._interrupted = True  # after this record
                     released = len(pending)
                     context.source = raw
                     started = time.perf_counter() if timed else 0.0

@@ -100,7 +100,8 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
         started = []
         for spec in self._config.processors:
             for partition, tps in by_partition.items():
-                inputs = sorted((tp for tp in tps if tp.topic in spec.inputs), key=lambda tp: tp.topic)
+                # As the processor lists them: of records with equal timestamps, the first input's go first.
+                inputs = [tp for topic in dict.fromkeys(spec.inputs) for tp in tps if tp.topic == topic]
                 task_id = TaskId(spec.name, partition)
                 if inputs and task_id not in self.tasks and not self._outcome.stopping:
                     self._start(self._build(spec, task_id, inputs))

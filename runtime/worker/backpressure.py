@@ -3,6 +3,9 @@
 Holds: a task whose queue reached its bound (released at the resume mark), a task still restoring
 its stores, and the end of a bounded (`--until-caught-up`) run. The poll loop keeps polling while
 partitions are paused, so however slow a processor is, the consumer keeps its group membership.
+
+A task that orders several inputs by timestamp may wait for one it has nothing queued of: its queue
+bound pauses only the inputs it has records of, and lets go of each as it runs out of them.
 """
 
 from __future__ import annotations
@@ -55,11 +58,14 @@ class Backpressure:
     def after_enqueue(self, task: Task) -> None:
         self._counters.max_queued = max(self._counters.max_queued, task.queued)
         if task.queued >= self._bounds.pause_at:
-            self.hold(task.inputs, task.id)
+            self.hold(task.queued_inputs(), task.id)
 
     def after_dequeue(self, task: Task) -> None:
         if task.queued <= self._bounds.resume_at:
             self.release(task.inputs, task.id)
+        elif task.merges_inputs:
+            queued = task.queued_inputs()
+            self.release([tp for tp in task.inputs if tp not in queued], task.id)
 
     def forget(self, tps: Iterable[TopicPartition]) -> None:
         """Revoked partitions: no longer ours to pause or resume."""

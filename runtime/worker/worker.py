@@ -28,6 +28,7 @@ from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import Limits
 from runtime.kafka.topics import describe_limits, ensure_topics
 from runtime.state.restore import ChangelogRestorer
+from runtime.task.event_time import TimestampOf, timestamp_reader
 from runtime.task.failures import FailureHandler, Stage
 from runtime.task.task import TaskId, TaskServices
 from runtime.telemetry import Telemetry
@@ -38,6 +39,7 @@ from runtime.worker.collector import bulk_allocations, freeze_what_lives
 from runtime.worker.levels import register_levels
 from runtime.worker.outcome import Outcome
 from runtime.worker.poll_loop import poll
+from runtime.worker.unfetched import Unfetched
 from stores import StoreError
 from stores.serdes import resolve_serde
 
@@ -177,6 +179,9 @@ class Worker:
             self.telemetry,
             backpressure.after_dequeue,
             committer.commit_before_processing,
+            self._timestamps(),
+            config.max_task_idle_ms / 1000,
+            Unfetched(consumer, end_offsets),
         )
         assignment = Assignment(
             config,
@@ -239,6 +244,14 @@ class Worker:
         return {
             name: (resolve_serde(topic.key_serde), resolve_serde(topic.value_serde))
             for name, topic in self.config.topics.items()
+        }
+
+    def _timestamps(self) -> dict[str, TimestampOf]:
+        """How the event time of each topic that has a `timestamp` setting is read."""
+        return {
+            name: timestamp_reader(topic.timestamp)
+            for name, topic in self.config.topics.items()
+            if topic.timestamp is not None
         }
 
     async def _end_offsets(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, cast
 
 from aiokafka import TopicPartition
@@ -24,6 +24,7 @@ from runtime.guarantees.checkpoint import CommitBeforeProcessing
 from runtime.kafka.outputs import Headers, Output, Outputs
 from runtime.kafka.record_limits import Limits
 from runtime.state.task_state import TaskState
+from runtime.task.event_time import TimestampOf
 from runtime.task.failures import FailureHandler, Stage
 from runtime.task.task import Task, TaskId, TaskServices
 from runtime.telemetry import Telemetry, TelemetryConfig
@@ -34,6 +35,7 @@ IN, OUT, DEAD = "in", "out", "dead-letters"
 SERDES = {
     IN: (resolve_serde("str"), resolve_serde("json")),
     "other": (resolve_serde("str"), resolve_serde("json")),
+    "third": (resolve_serde("str"), resolve_serde("json")),
     OUT: (resolve_serde("str"), resolve_serde("json")),
 }
 
@@ -41,9 +43,10 @@ Log = list[str]
 """One list several fakes write to, so a test can check the order of steps across them."""
 
 
-def raw(offset: int, value: bytes | None, topic: str = IN) -> Any:
-    """A record of partition 0 as the consumer hands it over."""
-    return ConsumerRecord(topic, 0, offset, 1_000 + offset, 0, None, value, None, 0, 0, [])
+def raw(offset: int, value: bytes | None, topic: str = IN, timestamp: int | None = None) -> Any:
+    """A record of partition 0 as the consumer hands it over; its timestamp is 1000 + offset unless given."""
+    timestamp = 1_000 + offset if timestamp is None else timestamp
+    return ConsumerRecord(topic, 0, offset, timestamp, 0, None, value, None, 0, 0, [])
 
 
 def telemetry_variant(name: str) -> Telemetry:
@@ -271,7 +274,11 @@ def make_services(
     telemetry: Telemetry | None = None,
     policy: ErrorPolicy = ErrorPolicy.SKIP,
     commit_before_processing: CommitBeforeProcessing | None = None,
+    timestamps: Mapping[str, TimestampOf] | None = None,
+    max_task_idle_s: float = 0.0,
+    unfetched: Callable[[TopicPartition], bool] | None = None,
 ) -> TaskServices:
+    """`unfetched` says of which input partitions Kafka holds records not handed over yet (none by default)."""
     counters = Counters()
     policies = {stage: policy for stage in Stage}
     return TaskServices(
@@ -282,6 +289,9 @@ def make_services(
         telemetry=telemetry if telemetry is not None else Telemetry(TelemetryConfig(), "app"),
         on_dequeue=Dequeues(),
         commit_before_processing=commit_before_processing,
+        timestamps=timestamps or {},
+        max_task_idle_s=max_task_idle_s,
+        unfetched=unfetched or (lambda tp: False),
     )
 
 

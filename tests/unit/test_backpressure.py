@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 from aiokafka import TopicPartition
 
 from processors.context import Context
@@ -9,8 +12,9 @@ from processors.processor import Processor
 from processors.record import Record
 from runtime.config import QueueConfig
 from runtime.counters import Counters
+from runtime.task.task import Task
 from runtime.worker.backpressure import END_OF_RUN, Backpressure
-from tests.support.engine_fakes import IN, FakeConsumer, make_task, raw
+from tests.support.engine_fakes import IN, FakeConsumer, make_services, make_task, raw, running
 
 TP0, TP1 = TopicPartition(IN, 0), TopicPartition(IN, 1)
 
@@ -97,3 +101,30 @@ def test_a_drained_queue_does_not_resume_a_partition_held_for_another_reason() -
     assert holds.paused() == {TP0}
     holds.release([TP0], END_OF_RUN)
     assert holds.paused() == set()
+
+
+@pytest.mark.anyio
+async def test_a_task_merging_inputs_pauses_only_those_it_has_records_of_and_never_one_it_waits_for() -> None:
+    holds, _, _ = backpressure(pause_at=3, resume_at=1)
+    other = TopicPartition("other", 0)
+    waiting_for_other = asyncio.Event()
+
+    def after_dequeue(task: Task) -> None:
+        holds.after_dequeue(task)
+        if task.queued == 2:  # 10, 11, then `other`'s 11: it waits for `other` before 12
+            waiting_for_other.set()
+
+    services = make_services(max_task_idle_s=60.0, unfetched={other}.__contains__)
+    services.on_dequeue = after_dequeue
+    task = make_task(Idle(), services, inputs=[TP0, other])
+    task.enqueue(TP0, [raw(offset, b"{}", timestamp=10 + offset) for offset in range(4)])
+    holds.after_enqueue(task)
+    assert holds.paused() == {TP0}  # nothing of `other` is queued: the task may wait for it
+    task.enqueue(other, [raw(0, b"{}", topic="other", timestamp=11)])
+    holds.after_enqueue(task)
+    assert holds.paused() == {TP0, other}
+
+    async with running(task), asyncio.timeout(5):
+        await waiting_for_other.wait()
+
+    assert holds.paused() == {TP0}

@@ -253,6 +253,38 @@ CASES = [
         set_processor(stores={"per-minute": {"kind": "windowed", "retention_ms": 60000}}),
         expected=(r"processors\[0\]\.stores\.per-minute\.kind: Input should be 'key_value', 'window' or 'session'",),
     ),
+    Case(
+        "timestamp extractor that cannot be imported",
+        set_topic("orders", timestamp={"extractor": "no.such.module:ts"}),
+        expected=(r"topics\.orders\.timestamp\.extractor: cannot import timestamp extractor 'no\.such\.module:ts'",),
+    ),
+    Case(
+        "timestamp extractor that is not a function",
+        set_topic("orders", timestamp={"extractor": "processors.context:__doc__"}),
+        expected=(
+            r"topics\.orders\.timestamp\.extractor: 'processors\.context:__doc__' is not a function of a record",
+        ),
+    ),
+    Case(
+        "timestamp with both a field and an extractor",
+        set_topic("orders", timestamp={"field": "at", "extractor": "time:time"}),
+        expected=(r"topics\.orders\.timestamp: give exactly one of `field` .* or `extractor`",),
+    ),
+    Case(
+        "timestamp with neither",
+        set_topic("orders", timestamp={}),
+        expected=(r"topics\.orders\.timestamp: give exactly one of",),
+    ),
+    Case(
+        "timestamp field with an empty step",
+        set_topic("orders", timestamp={"field": "event..time"}),
+        expected=(r"topics\.orders\.timestamp\.field: 'event\.\.time' is not a field name or a dotted path",),
+    ),
+    Case(
+        "negative max_task_idle_ms",
+        set_top(max_task_idle_ms=-1),
+        expected=(r"max_task_idle_ms: Input should be greater than or equal to 0",),
+    ),
     Case("empty file", text="", expected=(r"\(top level\): expected a mapping with app_id, topics and processors",)),
     Case("a list, not a mapping", text="- app_id: x\n", expected=(r"\(top level\): expected a mapping",)),
 ]

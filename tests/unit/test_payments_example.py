@@ -16,7 +16,7 @@ from examples.payments.run import APP_YAML, ROOT, added_totals, check, check_tot
 from examples.payments.snapshot_demo import demo_app
 from examples.payments.totals import AccountTotals
 from processors import Context, Record
-from processors.context import Punctuation
+from processors.context import Punctuation, PunctuationTime
 from runtime.config import SnapshotsConfig, load_app
 from stores import KeyValueStore, MemoryBackend, ReadOnlyStore, SessionStore, WindowStore
 from stores.partitioner import partition_for
@@ -47,6 +47,10 @@ class FakeContext(Context):
     def params(self) -> Mapping[str, Any]:
         return self._params
 
+    @property
+    def stream_time(self) -> int:
+        return -1
+
     def send(self, topic: str, value: Any, key: Any = None, headers: Sequence[tuple[str, bytes]] | None = None) -> None:
         self.sent.append((topic, key, value))
 
@@ -64,7 +68,7 @@ class FakeContext(Context):
     def global_store(self, name: str) -> ReadOnlyStore:
         raise AssertionError("the payments processors read no global store")
 
-    def schedule(self, every_ms: int, callback: Punctuation) -> None:
+    def schedule(self, every_ms: int, callback: Punctuation, time: PunctuationTime = "wall_clock") -> None:
         raise AssertionError("the payments processors schedule nothing")
 
 

@@ -1,0 +1,38 @@
+"""Whether Kafka holds records of a partition that the consumer has not handed over yet: what a task
+ordering several inputs by timestamp waits for, up to `max_task_idle_ms`, when it has none of one.
+
+The consumer's position is the offset after the last record `getmany()` handed over (past transaction
+markers and aborted records too), and the end is the high watermark of the last fetch response: the
+records of a transaction still open count, as they are read once it commits. aiokafka offers the
+position only through an `async` call that waits when it is unknown, so it is read from the
+consumer's partition state, a part of aiokafka 0.14 this project pins (see runtime/kafka/unparseable.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+
+class Unfetched:
+    """Called with an input partition; `run_ends` are a bounded run's end offsets, past which nothing is
+    waited for."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, run_ends: Mapping[TopicPartition, int] | None):
+        self._consumer = consumer
+        self._run_ends = run_ends
+
+    def __call__(self, tp: TopicPartition) -> bool:
+        """True also while the position or the end is not known yet (the partition was not fetched)."""
+        subscription = self._consumer._subscription.subscription
+        assignment = subscription.assignment if subscription is not None else None
+        state = assignment.state_value(tp) if assignment is not None else None
+        if state is None:
+            return False  # not assigned (any more): there is nothing to wait for
+        if not state.has_valid_position or state.highwater is None:
+            return True
+        end = int(state.highwater)
+        if self._run_ends is not None and tp in self._run_ends:
+            end = min(end, self._run_ends[tp])
+        return int(state.position) < end

@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from processors.stores import KeyValueStore, ReadOnlyStore
+from processors.stores import KeyValueStore, ReadOnlyStore, SessionStore, WindowStore
 
 Punctuation = Callable[[], Awaitable[None] | None]
 
@@ -48,6 +48,14 @@ class Context(ABC):
     @abstractmethod
     def store(self, name: str) -> KeyValueStore:
         """This task's instance of a store the processor declares under `stores:` in the app YAML."""
+
+    @abstractmethod
+    def window_store(self, name: str) -> WindowStore:
+        """This task's instance of a store the processor declares with `kind: window`."""
+
+    @abstractmethod
+    def session_store(self, name: str) -> SessionStore:
+        """This task's instance of a store the processor declares with `kind: session`."""
 
     @abstractmethod
     def global_store(self, name: str) -> ReadOnlyStore:

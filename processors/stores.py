@@ -131,5 +131,5 @@ class SessionStore(Protocol):
 
     def fetch_all(self, earliest_end: int, latest_end: int) -> Iterator[tuple[Any, int, int, Any]]:
         """Every key's sessions with `earliest_end <= end <= latest_end`, as (key, start, end, value),
-        by end (then by encoded key)."""
+        by end (then by start, then by encoded key)."""
         ...

@@ -13,9 +13,11 @@ from processors.global_updater import GlobalStoreUpdater
 from processors.processor import Processor
 from runtime.kafka.options import INT32_MAX, option_problems
 from runtime.redaction import USERINFO, redact
+from runtime.store_kinds import retention_fits_kind
 from runtime.substitution import UnsetVariable, expand_variables
 from runtime.telemetry.config import TelemetryConfig
 from runtime.yaml_loader import MAX_BYTES, UnsafeYaml, load_yaml
+from stores.layout import StoreKind
 from stores.serdes import import_object, resolve_serde
 
 TOPIC_NAME = r"^[a-zA-Z0-9._-]{1,249}$"
@@ -131,15 +133,21 @@ class SnapshotsConfig(Strict):
 
 
 class StoreConfig(Strict):
-    """A task-local key-value store; with a changelog it survives crashes and moves with its partition."""
+    """A task-local store of a `kind`: key-value, window or session. With a changelog it survives crashes
+    and moves with its partition."""
 
+    kind: StoreKind = "key_value"
     backend: Literal["memory", "rocksdb"] = "rocksdb"
     changelog: bool = True
     key_serde: str = "msgpack"
     value_serde: str = "msgpack"
+    retention_ms: int | None = Field(default=None, gt=0, validate_default=True)
     snapshots: SnapshotsConfig | None = None
 
     _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: _known_serde(name)))
+    _retention_fits_kind = field_validator("retention_ms")(
+        classmethod(lambda cls, retention_ms, info: retention_fits_kind(retention_ms, info))
+    )
 
     @model_validator(mode="after")
     def _snapshots_need_rocksdb_and_changelog(self) -> StoreConfig:

@@ -1,4 +1,4 @@
-"""Key-value stores, changelogs and restores."""
+"""Key-value, window and session stores, changelogs and restores."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from stores.errors import StoreCorrupted, StoreError, StoreLocked, StoreWriteFai
 from stores.memory import MemoryBackend
 from stores.read_only import ReadOnlyStore
 from stores.rocksdb import RocksDBBackend, wipe
+from stores.sessions import SessionStore
 from stores.store import KeyValueStore
+from stores.windows import WindowStore
 
 __all__ = [
     "Backend",
@@ -19,10 +21,12 @@ __all__ = [
     "MemoryBackend",
     "ReadOnlyStore",
     "RocksDBBackend",
+    "SessionStore",
     "StoreCorrupted",
     "StoreError",
     "StoreLocked",
     "StoreWriteFailed",
+    "WindowStore",
     "open_backend",
     "wipe",
 ]

@@ -46,6 +46,9 @@ class KeyValueStore:
         self._pending: dict[bytes, bytes | None] = {}
         # The same writes, kept until taken for the changelog (`None` when there is no changelog).
         self._unlogged: dict[bytes, bytes | None] | None = {} if changelog else None
+        # Counts the changes of contents that do not go through `put` and `delete` (discard, restore,
+        # wipe), so a view that keeps what it read (window and session stores) knows to read again.
+        self.generation = 0
 
     @property
     def pending_count(self) -> int:
@@ -110,6 +113,7 @@ class KeyValueStore:
 
     def discard(self) -> None:
         """Drop the pending buffer, e.g. when its exactly-once transaction aborted."""
+        self.generation += 1
         self._pending = {}
         if self._unlogged is not None:
             self._unlogged = {}
@@ -118,6 +122,7 @@ class KeyValueStore:
         """Apply raw source records and the offset after them in one write; they are not changes to log."""
         if self._pending:
             raise RuntimeError(f"store '{self.name}': restore with {len(self._pending)} unflushed writes")
+        self.generation += 1
         self._backend.write(changes, next_offset, source)
 
     def wipe(self) -> None:

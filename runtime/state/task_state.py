@@ -11,8 +11,18 @@ from aiokafka import TopicPartition
 
 from runtime.config import AppConfig, ProcessorConfig, SnapshotsConfig, StoreConfig
 from runtime.kafka.outputs import Outputs
-from stores import Backend, KeyValueStore, StoreCorrupted, StoreError, StoreLocked, open_backend, wipe
-from stores.serdes import resolve_serde
+from stores import (
+    Backend,
+    KeyValueStore,
+    SessionStore,
+    StoreCorrupted,
+    StoreError,
+    StoreLocked,
+    WindowStore,
+    open_backend,
+    wipe,
+)
+from stores.serdes import BytesSerde, resolve_serde
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +34,8 @@ class TaskStore:
     name: str
     spec: StoreConfig
     path: Path
-    store: KeyValueStore
+    store: KeyValueStore  # of a window or session store, the bytes under `view`
+    view: WindowStore | SessionStore | None  # what a processor reads a window or session store through
     backend: Backend  # the store's own, for loading snapshots into
     changelog: TopicPartition | None
     snapshots: SnapshotsConfig | None
@@ -55,18 +66,18 @@ class TaskState:
             path = store_path(self._config, name, self.partition)
             for attempt in range(LOCK_RETRIES):
                 try:
-                    store, backend = self._open(name, spec, path, changelog)
+                    store, view, backend = self._open(name, spec, path, changelog)
                     break
                 except StoreLocked:
                     if attempt == LOCK_RETRIES - 1:
                         raise
                     await asyncio.sleep(0.2)
             snapshots = self._config.snapshots_for(spec)
-            self.stores[name] = TaskStore(name, spec, path, store, backend, changelog, snapshots)
+            self.stores[name] = TaskStore(name, spec, path, store, view, backend, changelog, snapshots)
 
     def _open(
         self, name: str, spec: StoreConfig, path: Path, changelog: TopicPartition | None
-    ) -> tuple[KeyValueStore, Backend]:
+    ) -> tuple[KeyValueStore, WindowStore | SessionStore | None, Backend]:
         try:
             backend = open_backend(spec.backend, path)
         except StoreCorrupted as error:
@@ -74,14 +85,15 @@ class TaskState:
                         name, self.partition, error)  # fmt: skip
             wipe(path)
             backend = open_backend(spec.backend, path)
-        store = KeyValueStore(
-            backend,
-            resolve_serde(spec.key_serde),
-            resolve_serde(spec.value_serde),
-            name=name,
-            changelog=changelog is not None,
-        )
-        return store, backend
+        keys, values = resolve_serde(spec.key_serde), resolve_serde(spec.value_serde)
+        logged = changelog is not None
+        if spec.kind == "key_value":
+            return KeyValueStore(backend, keys, values, name=name, changelog=logged), None, backend
+        # A view over a store of bytes, which its changelog, restore and snapshots handle as any other.
+        store = KeyValueStore(backend, BytesSerde(), BytesSerde(), name=name, changelog=logged)
+        assert spec.retention_ms is not None  # the config requires it of these kinds
+        view_class = WindowStore if spec.kind == "window" else SessionStore
+        return store, view_class(store, spec.retention_ms, keys, values), backend
 
     def rebuild(self, name: str) -> None:
         """Drop the local copy of a store (ahead of its changelog) and start empty."""

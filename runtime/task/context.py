@@ -11,10 +11,10 @@ from processors.context import Context, Punctuation
 from processors.serdes import Serde
 from runtime.kafka.outputs import Headers, Output
 from runtime.kafka.record_limits import DEFAULT_MAX_REQUEST_SIZE, Limits, RecordRefused, TopicLimits, check_record
-from runtime.state.task_state import TaskState
+from runtime.state.task_state import TaskState, TaskStore
 from runtime.telemetry.trace_headers import TRACEPARENT_CLASS, UNTRACED_CLASS, OutputContext, fields_of
 from runtime.telemetry.tracing import with_fields
-from stores import KeyValueStore, ReadOnlyStore
+from stores import KeyValueStore, ReadOnlyStore, SessionStore, WindowStore
 
 TopicSerdes = Mapping[str, tuple[Serde, Serde]]
 Encode = Callable[[Any], bytes]
@@ -28,6 +28,7 @@ class Punctuator:
 
 
 PendingOutput = Output
+_READ_WITH = {"key_value": "store", "window": "window_store", "session": "session_store"}
 _UNKNOWN_LIMITS = TopicLimits(DEFAULT_MAX_REQUEST_SIZE)  # a topic not described: the producer's default
 
 
@@ -133,11 +134,36 @@ class TaskContext(Context):
         self.pending.append((topic, key_bytes, value_bytes, carried, None, self.source, self._processor_name))
 
     def store(self, name: str) -> KeyValueStore:
+        entry = self._declared(name)
+        if entry.view is not None:
+            raise self._other_kind(entry, "store")
+        return entry.store
+
+    def window_store(self, name: str) -> WindowStore:
+        entry = self._declared(name)
+        if not isinstance(entry.view, WindowStore):
+            raise self._other_kind(entry, "window_store")
+        return entry.view
+
+    def session_store(self, name: str) -> SessionStore:
+        entry = self._declared(name)
+        if not isinstance(entry.view, SessionStore):
+            raise self._other_kind(entry, "session_store")
+        return entry.view
+
+    def _declared(self, name: str) -> TaskStore:
         entry = self._state.stores.get(name) if self._state is not None else None
         if entry is None:
             declared = sorted(self._state.stores) if self._state is not None else []
             raise KeyError(f"processor '{self._processor_name}' declares no store '{name}' (it has {declared})")
-        return entry.store
+        return entry
+
+    def _other_kind(self, entry: TaskStore, called: str) -> TypeError:
+        kind = entry.spec.kind
+        return TypeError(
+            f"ctx.{called}('{entry.name}'): processor '{self._processor_name}' declares '{entry.name}' as a {kind} "
+            f"store, which ctx.{_READ_WITH[kind]}('{entry.name}') hands out"
+        )
 
     def global_store(self, name: str) -> ReadOnlyStore:
         store = self._global_stores.get(name)

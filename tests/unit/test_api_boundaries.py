@@ -11,7 +11,8 @@ from typing import get_type_hints
 
 import processors
 from processors import Context
-from stores import KeyValueStore, MemoryBackend, ReadOnlyStore
+from stores import KeyValueStore, MemoryBackend, ReadOnlyStore, SessionStore, WindowStore
+from stores.serdes import BytesSerde
 
 PROCESSORS = Path(processors.__file__).parent
 ENGINE = ("runtime", "stores")
@@ -53,3 +54,24 @@ def test_the_context_hands_out_the_apis_stores_which_the_engines_are() -> None:
     assert (store.name, store.get("a"), store.get("b", "none")) == ("totals", 1, "none")
     assert list(read_side.range("a", "z")) == list(read_side.prefix(b"")) == [("a", 1)]
     assert (view.name, view.get("a"), list(view.range()), view.approximate_count()) == ("terminals", None, [], 0)
+
+
+def test_the_engines_window_and_session_stores_are_the_apis() -> None:
+    def raw(name: str) -> KeyValueStore:
+        return KeyValueStore(MemoryBackend(), BytesSerde(), BytesSerde(), name=name)
+
+    windows: processors.WindowStore = WindowStore(raw("per-minute"), 60_000)
+    sessions: processors.SessionStore = SessionStore(raw("visits"), 60_000)
+    assert (windows.name, windows.retention_ms, windows.advance(120_000), windows.stream_time) == (
+        "per-minute", 60_000, 120_000, 120_000
+    )  # fmt: skip
+    assert windows.put("a", 60_000, 1) and not windows.put("a", 0, 1)
+    windows.put("a", 120_000, 2)
+    windows.delete("a", 120_000)
+    assert (windows.get("a", 60_000), list(windows.fetch("a", 0, 10**6)), list(windows.fetch_all(0, 10**6))) == (
+        1, [(60_000, 1)], [("a", 60_000, 1)]
+    )  # fmt: skip
+    assert sessions.advance(50_000) == 50_000 and sessions.put("a", 0, 10, "x")
+    assert (list(sessions.find("a", 0, 5)), list(sessions.fetch_all(0, 10))) == ([(0, 10, "x")], [("a", 0, 10, "x")])
+    sessions.delete("a", 0, 10)
+    assert list(sessions.fetch_all(0, 10)) == []

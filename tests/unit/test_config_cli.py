@@ -228,6 +228,31 @@ CASES = [
         set_processor(stores={"totals": {"backend": "memory", "snapshots": {"location": "/data/snapshots"}}}),
         expected=(r"processors\[0\]\.stores\.totals: snapshots are ingested into RocksDB stores with a changelog",),
     ),
+    Case(
+        "window store without a retention",
+        set_processor(stores={"per-minute": {"kind": "window"}}),
+        expected=(r"processors\[0\]\.stores\.per-minute\.retention_ms: a window store needs retention_ms",),
+    ),
+    Case(
+        "session store without a retention",
+        set_processor(stores={"visits": {"kind": "session", "backend": "memory"}}),
+        expected=(r"processors\[0\]\.stores\.visits\.retention_ms: a session store needs retention_ms",),
+    ),
+    Case(
+        "retention of a key-value store",
+        set_processor(stores={"totals": {"retention_ms": 60000}}),
+        expected=(r"processors\[0\]\.stores\.totals\.retention_ms: a key_value store keeps its keys until deleted",),
+    ),
+    Case(
+        "retention that is not positive",
+        set_processor(stores={"per-minute": {"kind": "window", "retention_ms": 0}}),
+        expected=(r"processors\[0\]\.stores\.per-minute\.retention_ms: Input should be greater than 0",),
+    ),
+    Case(
+        "unknown store kind",
+        set_processor(stores={"per-minute": {"kind": "windowed", "retention_ms": 60000}}),
+        expected=(r"processors\[0\]\.stores\.per-minute\.kind: Input should be 'key_value', 'window' or 'session'",),
+    ),
     Case("empty file", text="", expected=(r"\(top level\): expected a mapping with app_id, topics and processors",)),
     Case("a list, not a mapping", text="- app_id: x\n", expected=(r"\(top level\): expected a mapping",)),
 ]

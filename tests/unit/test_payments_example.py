@@ -18,7 +18,7 @@ from examples.payments.totals import AccountTotals
 from processors import Context, Record
 from processors.context import Punctuation
 from runtime.config import SnapshotsConfig, load_app
-from stores import KeyValueStore, MemoryBackend, ReadOnlyStore
+from stores import KeyValueStore, MemoryBackend, ReadOnlyStore, SessionStore, WindowStore
 from stores.partitioner import partition_for
 from stores.serdes import resolve_serde
 
@@ -54,6 +54,12 @@ class FakeContext(Context):
         if name not in self._stores:
             raise KeyError(f"no store '{name}' declared")
         return self._stores[name]
+
+    def window_store(self, name: str) -> WindowStore:
+        raise AssertionError("the payments processors keep no windows")
+
+    def session_store(self, name: str) -> SessionStore:
+        raise AssertionError("the payments processors keep no sessions")
 
     def global_store(self, name: str) -> ReadOnlyStore:
         raise AssertionError("the payments processors read no global store")

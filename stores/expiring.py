@@ -1,0 +1,105 @@
+"""What window and session stores share: an observed stream time, and the expiry it drives.
+
+The stream time is an entry of the store itself (stores/layout.py), so it is buffered, committed,
+logged and restored with the entries it expired. Entries older than `stream_time - retention_ms`
+are hidden from reads at once, and removed (both their entries, so the changelog gets tombstones)
+by a scan of the time index each time the cutoff has moved on by an eighth of the retention: the
+per-record cost of `advance` stays a comparison, and the store holds at most 9/8 of the retention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from processors.serdes import Serde
+from stores.layout import INDEX, MIN_TIME, STREAM_TIME, STREAM_TIME_KEY, time_range
+from stores.serdes import resolve_serde
+from stores.store import KeyValueStore
+
+EXPIRY_STEPS = 8
+"""Expiry scans per retention period."""
+
+
+class ExpiringStore:
+    """A view over a bytes-keyed `KeyValueStore`, which keeps doing the buffering, changelog and restore.
+
+    `entry_of_index` names the entry an index key points at (the layout differs by kind).
+    """
+
+    def __init__(
+        self,
+        store: KeyValueStore,
+        retention_ms: int,
+        key_serde: Serde | None,
+        value_serde: Serde | None,
+        entry_of_index: Callable[[bytes], bytes],
+    ) -> None:
+        if retention_ms <= 0:
+            raise ValueError(f"store '{store.name}': retention_ms must be positive, got {retention_ms}")
+        self._store = store
+        self._retention = retention_ms
+        self._keys = key_serde or resolve_serde("msgpack")
+        self._values = value_serde or resolve_serde("msgpack")
+        self._entry_of_index = entry_of_index
+        self._expire_every = max(1, retention_ms // EXPIRY_STEPS)
+        self._generation = -1  # below the store's: the first call reads the stream time
+        self._stream_time = -1
+        self._next_expiry = MIN_TIME
+        self._expired_below: int | None = None
+        # The entry last seen to exist (a window's `get`, a session `find` yielded): a `put` of it
+        # need not write its index entry again, which saves a write and a changelog record.
+        self._known: bytes | None = None
+
+    @property
+    def name(self) -> str:
+        return self._store.name
+
+    @property
+    def retention_ms(self) -> int:
+        return self._retention
+
+    @property
+    def stream_time(self) -> int:
+        """The largest timestamp observed (`advance`), or -1 before the first."""
+        if self._generation != self._store.generation:
+            self._reread()
+        return self._stream_time
+
+    def advance(self, timestamp: int) -> int:
+        """Stream time becomes the larger of the two; entries past the retention leave. Returns it."""
+        if self._generation != self._store.generation:
+            self._reread()
+        if timestamp > self._stream_time:
+            self._stream_time = timestamp
+            self._store.put(STREAM_TIME_KEY, STREAM_TIME.pack(timestamp))
+            if timestamp - self._retention >= self._next_expiry:
+                self._expire(timestamp - self._retention)
+        return self._stream_time
+
+    def _cutoff(self) -> int:
+        """Entries below it (windows by start, sessions by end) have expired."""
+        if self._generation != self._store.generation:
+            self._reread()
+        return self._stream_time - self._retention
+
+    def _expire(self, cutoff: int) -> None:
+        # From where the last scan ended: RocksDB would step over the tombstones it left, one by one.
+        earliest = MIN_TIME if self._expired_below is None else self._expired_below
+        bounds = time_range(INDEX, earliest, cutoff - 1)
+        if bounds is not None:
+            store = self._store
+            for index, _ in list(store.range(*bounds)):
+                store.delete(self._entry_of_index(index))
+                store.delete(index)
+        self._expired_below = cutoff
+        self._next_expiry = cutoff + self._expire_every
+        self._known = None
+
+    def _reread(self) -> None:
+        """The store changed under the view (restored, or an aborted transaction's writes dropped)."""
+        stored = self._store.get(STREAM_TIME_KEY)
+        self._stream_time = -1 if stored is None else int(STREAM_TIME.unpack(stored)[0])
+        self._next_expiry = MIN_TIME  # what was removed is unknown: the next advance scans
+        self._expired_below = None
+        self._generation = self._store.generation
+        self._known = None

@@ -1,0 +1,89 @@
+"""How window and session stores lay their entries out in the bytes keyspace of one key-value store.
+
+A one-byte tag starts every key, so three kinds of entry share one store, and with it its changelog,
+restore and snapshots:
+
+- `00 "stream-time"`: the observed stream time, as a signed 64-bit big-endian value;
+- `01 <key length> <key> <start>` (windows) or `01 <key length> <key> <end> <start>` (sessions): an
+  entry, whose value is the value's bytes. A key's entries are one range, in time order; the length
+  (4 bytes) keeps a key from being a prefix of another key's range;
+- `02 <start> <key>` (windows) or `02 <end> <start> <key>` (sessions): the time index, with empty
+  values: every key's entries in time order, for reads across keys and for expiry.
+
+Keys are the bytes of the store's key serde. A time is 8 bytes, big-endian, of the time plus 2**63:
+byte order is time order, negative times included.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Literal
+
+from stores.ranges import prefix_end
+
+StoreKind = Literal["key_value", "window", "session"]
+"""What a store's bytes hold: a key-value table, or the windows or sessions laid out here."""
+
+MIN_TIME = -(2**63)
+MAX_TIME = 2**63 - 1
+
+STREAM_TIME_KEY = b"\x00stream-time"
+ENTRY = b"\x01"
+INDEX = b"\x02"
+
+_TIME = struct.Struct(">Q")
+TIME_SIZE = _TIME.size
+_LENGTH = struct.Struct(">I")
+_TIME_OFFSET = 2**63
+_INDEX_TIMES = len(INDEX) + _TIME.size
+STREAM_TIME = struct.Struct(">q")
+
+
+def time_bytes(time: int) -> bytes:
+    return _TIME.pack(time + _TIME_OFFSET)
+
+
+def time_at(data: bytes, position: int) -> int:
+    """The time encoded at `position` of `data`."""
+    return int(_TIME.unpack_from(data, position)[0]) - _TIME_OFFSET
+
+
+def entries_of(key: bytes) -> bytes:
+    """The prefix of every entry of `key`: its range in the store."""
+    return ENTRY + _LENGTH.pack(len(key)) + key
+
+
+def time_range(prefix: bytes, earliest: int, latest: int) -> tuple[bytes, bytes] | None:
+    """Bounds of the keys `prefix <time> ...` with `earliest <= time <= latest`; `None` when there are none."""
+    earliest, latest = max(earliest, MIN_TIME), min(latest, MAX_TIME)
+    if earliest > latest:
+        return None
+    end = prefix + time_bytes(latest + 1) if latest < MAX_TIME else prefix_end(prefix)
+    assert end is not None  # a prefix starts with a tag below 0xff
+    return prefix + time_bytes(earliest), end
+
+
+def window_entry(key: bytes, start: int) -> bytes:
+    return entries_of(key) + time_bytes(start)
+
+
+def window_index(key: bytes, start: int) -> bytes:
+    return INDEX + time_bytes(start) + key
+
+
+def window_of_index(index: bytes) -> tuple[bytes, int]:
+    """The key and start an index entry of a window store names."""
+    return index[_INDEX_TIMES:], time_at(index, len(INDEX))
+
+
+def session_entry(key: bytes, start: int, end: int) -> bytes:
+    return entries_of(key) + time_bytes(end) + time_bytes(start)
+
+
+def session_index(key: bytes, start: int, end: int) -> bytes:
+    return INDEX + time_bytes(end) + time_bytes(start) + key
+
+
+def session_of_index(index: bytes) -> tuple[bytes, int, int]:
+    """The key, start and end an index entry of a session store names."""
+    return index[_INDEX_TIMES + TIME_SIZE :], time_at(index, _INDEX_TIMES), time_at(index, len(INDEX))

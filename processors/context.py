@@ -64,3 +64,9 @@ class Context(ABC):
     @abstractmethod
     def schedule(self, every_ms: int, callback: Punctuation) -> None:
         """Call `callback` every `every_ms` of wall-clock time, between records, never concurrently."""
+
+    @abstractmethod
+    def count(self, name: str, amount: int = 1) -> None:
+        """Add `amount` to the processor's counter `name`, which the worker's metrics report
+        (`kafka_actor.processor.count`) with the processor's name. It counts what was processed, so
+        records processed again after a crash or an aborted transaction count again."""

@@ -162,8 +162,3 @@ class AggregateParams(_Strict):
     def store_name(self, processor: str) -> str:
         """The window or session store: `store`, else the processor's name."""
         return self.store or processor
-
-    def group_fields(self) -> tuple[str, ...]:
-        if self.group_by is None:
-            return ()
-        return (self.group_by,) if isinstance(self.group_by, str) else tuple(self.group_by)

@@ -159,7 +159,8 @@ class CappedList(Aggregation):
 
     def add(self, aggregate: list[list[Any]], value: Any, timestamp: int) -> list[list[Any]]:
         aggregate.insert(bisect.bisect_right(aggregate, timestamp, key=_timestamp), [timestamp, value])
-        del aggregate[: len(aggregate) - self.max_items]
+        if len(aggregate) > self.max_items:
+            del aggregate[0]
         return aggregate
 
     def merge(self, first: list[list[Any]], second: list[list[Any]]) -> list[list[Any]]:

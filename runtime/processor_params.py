@@ -54,11 +54,8 @@ def _check_declared(store: str, needed: Mapping[str, Any], declared: Mapping[str
     """The YAML may add settings to a store the params need, not change what they need it to be."""
     if "kind" in declared and declared["kind"] != needed.get("kind", "key_value"):
         raise ValueError(
-            f"store '{store}': the processor's params need a {needed.get('kind', 'key_value')} store, "
-            f"not {declared['kind']}"
+            f"store '{store}': the params need a {needed.get('kind', 'key_value')} store, not {declared['kind']}"
         )
     needed_ms, declared_ms = needed.get("retention_ms"), declared.get("retention_ms")
     if isinstance(needed_ms, int) and isinstance(declared_ms, int) and declared_ms < needed_ms:
-        raise ValueError(
-            f"store '{store}': retention_ms {declared_ms} is below the {needed_ms} the processor's params need"
-        )
+        raise ValueError(f"store '{store}': retention_ms {declared_ms} is below the {needed_ms} the params need")

@@ -133,11 +133,20 @@ class AggregateParams(_Strict):
 
     window: WindowParams
     aggregation: AggregationParams
-    group_by: str | Annotated[list[str], Field(min_length=1)] | None = None
+    group_by: str | list[str] | None = None
     emit: Literal["final", "updates"] = "final"
     output: str
     late_topic: str | None = None
     store: str | None = Field(default=None, pattern=STORE_NAME)
+
+    @field_validator("group_by", mode="before")
+    @classmethod
+    def _field_names(cls, group_by: Any) -> Any:
+        """Checked here, so that a mistake is reported as one (pydantic would report it for each choice)."""
+        names = [group_by] if isinstance(group_by, str) else group_by
+        if group_by is not None and not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
+            raise ValueError("expected the name of a field of the records' values, or a list of such names")
+        return group_by
 
     @field_validator("aggregation")
     @classmethod

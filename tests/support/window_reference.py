@@ -8,8 +8,8 @@ a record is late, and counts nowhere, when every window it belongs to had closed
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,8 @@ def fixed(arrivals: Sequence[Arrival], size: int, advance: int, grace: int) -> E
     for arrival, (key, timestamp, value) in enumerate(arrivals):
         stream_time = max(stream_time, timestamp)
         counted = False
-        for start in range(0, timestamp + 1, advance):
+        earliest = max(0, timestamp - size)  # every start from a multiple of `advance` at or before it
+        for start in range(earliest - earliest % advance, timestamp + 1, advance):
             if start + size > timestamp and stream_time < start + size + grace:
                 windows[(key, start, start + size)].append((timestamp, arrival, value))
                 counted = True
@@ -139,3 +140,28 @@ def result(aggregation: str, members: Sequence[Member], max_items: int = 0) -> A
     if aggregation == "tests.support.aggregators:Distinct":
         return sorted(set(values))
     raise AssertionError(f"no reference for {aggregation}")
+
+
+def expected_for(window: Mapping[str, Any], arrivals: Sequence[Arrival]) -> Expected:
+    """The reference for the Aggregate processor's `window` params."""
+    grace = window.get("grace_ms", 0)
+    if window["type"] == "tumbling":
+        return fixed(arrivals, window["size_ms"], window["size_ms"], grace)
+    if window["type"] == "hopping":
+        return fixed(arrivals, window["size_ms"], window["advance_ms"], grace)
+    if window["type"] == "sliding":
+        return sliding(arrivals, window["time_difference_ms"], grace)
+    return sessions(arrivals, window["gap_ms"], grace)
+
+
+def results(windows: Mapping[WindowKey, list[Member]], aggregation: Mapping[str, Any]) -> Counter[Any]:
+    """(key, start, end, result) of each window, for the Aggregate processor's `aggregation` params; lists
+    as tuples, so that results can be counted."""
+    kind, max_items = aggregation["type"], aggregation.get("max_items", 0)
+    return Counter(
+        (key, start, end, frozen(result(kind, members, max_items))) for (key, start, end), members in windows.items()
+    )
+
+
+def frozen(value: Any) -> Any:
+    return tuple(frozen(item) for item in value) if isinstance(value, list) else value

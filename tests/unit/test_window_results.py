@@ -15,9 +15,8 @@ from hypothesis import strategies as st
 from processors import Record
 from processors.windows import Aggregate
 from processors.windows.late import LATE_REASON
-from tests.support import window_reference
 from tests.support.window_context import WindowContext
-from tests.support.window_reference import Arrival, Expected
+from tests.support.window_reference import Arrival, expected_for, frozen, results
 
 AGGREGATIONS = ["count", "sum", "min", "max", "mean", "first", "last", "list", "tests.support.aggregators:Distinct"]
 WINDOW_TYPES = ["tumbling", "hopping", "sliding", "session"]
@@ -62,40 +61,15 @@ def aggregations(draw: st.DrawFn) -> dict[str, Any]:
     return {"type": kind, "field": "n"}
 
 
-def expected_windows(window: dict[str, Any], records: Sequence[Arrival]) -> Expected:
-    grace = window["grace_ms"]
-    if window["type"] == "tumbling":
-        return window_reference.fixed(records, window["size_ms"], window["size_ms"], grace)
-    if window["type"] == "hopping":
-        return window_reference.fixed(records, window["size_ms"], window["advance_ms"], grace)
-    if window["type"] == "sliding":
-        return window_reference.sliding(records, window["time_difference_ms"], grace)
-    return window_reference.sessions(records, window["gap_ms"], grace)
-
-
-def frozen(value: Any) -> Any:
-    return tuple(frozen(item) for item in value) if isinstance(value, list) else value
-
-
-def run(params: dict[str, Any], records: Sequence[Arrival], commits: frozenset[int] = frozenset()) -> WindowContext:
-    """Process the records in order (a `flush` after each arrival number in `commits`, and at the end)."""
+def run(params: dict[str, Any], records: Sequence[Arrival]) -> WindowContext:
+    """Process the records in order, then flush, as a commit would."""
     context = WindowContext(Aggregate, params)
     processor = Aggregate()
     processor.init(context)
     for offset, (key, timestamp, value) in enumerate(records):
         processor.process(Record("in", 0, offset, timestamp, key, {"n": value}, [("trace", b"x")]), context)
-        if offset in commits:
-            processor.flush(context)
     processor.flush(context)
     return context
-
-
-def results(expected: dict[tuple[str, int, int], list[Any]], aggregation: dict[str, Any]) -> Counter[Any]:
-    kind, max_items = aggregation["type"], aggregation.get("max_items", 0)
-    return Counter(
-        (key, start, end, frozen(window_reference.result(kind, members, max_items)))
-        for (key, start, end), members in expected.items()
-    )
 
 
 @pytest.mark.parametrize("kind", WINDOW_TYPES)
@@ -106,7 +80,7 @@ def test_final_results_equal_the_reference(kind: str, data: st.DataObject, recor
     window = data.draw(windows(kind))
     params = {"window": window, "aggregation": aggregation, "output": "out", "late_topic": "late"}
     context = run(params, records)
-    expected = expected_windows(window, records)
+    expected = expected_for(window, records)
 
     emitted = Counter((sent.key, sent.value["start"], sent.value["end"], frozen(sent.value["value"]))
                       for sent in context.taken("out"))  # fmt: skip
@@ -138,10 +112,10 @@ def test_updates_come_once_per_window_and_commit_and_end_at_the_windows_results(
             sent = context.taken("out")
             updated = [(update.key, update.value["start"], update.value["end"]) for update in sent]
             assert len(updated) == len(set(updated)), "a window was updated twice in one commit"
-            latest.update({window: frozen(update.value["value"]) for window, update in zip(updated, sent, strict=True)})
-    expected = expected_windows(window, records)
+            latest.update({where: frozen(update.value["value"]) for where, update in zip(updated, sent, strict=True)})
+    expected = expected_for(window, records)
     final = {(key, start, end): value for key, start, end, value in results(expected.windows, aggregation)}
-    assert {window: latest.get(window) for window in final} == final
+    assert {where: latest.get(where) for where in final} == final
     for key, start, end in set(latest) - set(final):  # a session that merged into another one since
         assert kind == "session"
         assert any(other == key and first <= start and end <= last for other, first, last in final)

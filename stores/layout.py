@@ -35,7 +35,7 @@ _TIME = struct.Struct(">Q")
 TIME_SIZE = _TIME.size
 _LENGTH = struct.Struct(">I")
 _TIME_OFFSET = 2**63
-_INDEX_TIMES = len(INDEX) + _TIME.size
+_INDEX_TIMES = len(INDEX) + TIME_SIZE
 STREAM_TIME = struct.Struct(">q")
 
 

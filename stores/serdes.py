@@ -75,6 +75,17 @@ class MsgpackSerde:
         self.deserialize = functools.partial(msgpack.unpackb, strict_map_key=False)
 
 
+class RawSerde:
+    """Bytes as they are, unchecked and without a Python frame: for the store under a window or
+    session store, whose keys and values that view has already laid out as bytes."""
+
+    serialize: Callable[[Any], bytes]
+    deserialize: Callable[[bytes], Any]
+
+    def __init__(self) -> None:
+        self.serialize = self.deserialize = bytes
+
+
 BUILTIN_SERDES: dict[str, type[Serde]] = {
     "bytes": BytesSerde,
     "str": StrSerde,

@@ -6,9 +6,10 @@ Layout of a snapshot directory (one per store):
     partition-0/000000.sst
     partition-1/            (empty: the partition has no rows)
 
-The manifest says what the files hold (app, store, partition count, serdes) so a runtime never
-ingests a snapshot of another store or one encoded differently, and which changelog offset each
-partition covers, so only the changelog tail after it is replayed.
+The manifest says what the files hold (app, store, partition count, serdes, and the kind of store,
+whose layout the keys follow) so a runtime never ingests a snapshot of another store or one encoded
+differently, and which changelog offset each partition covers, so only the changelog tail after it
+is replayed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stores.errors import StoreError
+from stores.layout import StoreKind
 from stores.rocksdb import RocksDBBackend
 from stores.sst import write_partition_sst
 
@@ -50,6 +52,9 @@ class Manifest(BaseModel):
     partitions: int = Field(gt=0)
     key_serde: str
     value_serde: str
+    # Window and session stores lay their keys out themselves (stores/layout.py): rows of another
+    # kind would be read as garbage. Manifests from before window stores hold key-value rows.
+    kind: StoreKind = "key_value"
     changelog_topic: str | None = None
     changelog_offsets: dict[int, int] = Field(default_factory=dict)
     row_counts: dict[int, int] = Field(default_factory=dict)
@@ -99,8 +104,9 @@ def validate(
     key_serde: str,
     value_serde: str,
     changelog_topic: str | None = None,
+    kind: StoreKind = "key_value",
 ) -> None:
-    """Refuses a snapshot of another app/store, partition count or encoding: its bytes would be wrong here.
+    """Refuses a snapshot of another app/store, partition count, encoding or kind: its bytes would be wrong here.
 
     A manifest naming a changelog topic must name `changelog_topic` (when given): its offsets count
     records of that topic. A bootstrap manifest names none and covers no changelog record.
@@ -111,14 +117,19 @@ def validate(
         "partitions": partitions,
         "key_serde": key_serde,
         "value_serde": value_serde,
+        "kind": kind,
     }
     if changelog_topic is not None and manifest.changelog_topic is not None:
         expected["changelog_topic"] = changelog_topic
     for field, wanted in expected.items():
         found = getattr(manifest, field)
         if found != wanted:
+            why = ""
+            if field == "kind" and found == "key_value":
+                why = f" (rows from bulk data make key-value stores; snapshot a {wanted} store from its changelog)"
             raise SnapshotMismatch(
-                f"snapshot of app '{manifest.app}' store '{manifest.store}' has {field}={found!r}, expected {wanted!r}"
+                f"snapshot of app '{manifest.app}' store '{manifest.store}' has {field}={found!r}, "
+                f"expected {wanted!r}{why}"
             )
 
 
@@ -234,6 +245,7 @@ def finish_snapshot(
     value_serde: str,
     changelog_topic: str | None = None,
     changelog_offsets: dict[int, int] | None = None,
+    kind: StoreKind = "key_value",
 ) -> Manifest:
     """The manifest of the partitions written, written last: its presence marks the snapshot complete."""
     results = list(written)
@@ -243,6 +255,7 @@ def finish_snapshot(
         partitions=partitions,
         key_serde=key_serde,
         value_serde=value_serde,
+        kind=kind,
         changelog_topic=changelog_topic,
         changelog_offsets=changelog_offsets or {},
         row_counts={result.partition: result.rows for result in results},

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from sortedcontainers import SortedList  # type: ignore[import-untyped]
+
 from processors.serdes import Serde
 from stores.backend import Backend, Change
 from stores.ranges import overlay, prefix_end
@@ -44,6 +46,10 @@ class KeyValueStore:
         self._keys = key_serde or resolve_serde("msgpack")
         self._values = value_serde or resolve_serde("msgpack")
         self._pending: dict[bytes, bytes | None] = {}
+        # The pending keys in order, built by the first range read after a flush and kept up from then
+        # on, so a range read costs its range, not a sort of the whole buffer (window and session
+        # stores read a range per record).
+        self._pending_order: SortedList | None = None
         # The same writes, kept until taken for the changelog (`None` when there is no changelog).
         self._unlogged: dict[bytes, bytes | None] | None = {} if changelog else None
         # Counts the changes of contents that do not go through `put` and `delete` (discard, restore,
@@ -70,12 +76,16 @@ class KeyValueStore:
     def put(self, key: Any, value: Any) -> None:
         key_bytes = self._keys.serialize(key)
         value_bytes = self._values.serialize(value)
+        if self._pending_order is not None and key_bytes not in self._pending:
+            self._pending_order.add(key_bytes)
         self._pending[key_bytes] = value_bytes
         if self._unlogged is not None:
             self._unlogged[key_bytes] = value_bytes
 
     def delete(self, key: Any) -> None:
         key_bytes = self._keys.serialize(key)
+        if self._pending_order is not None and key_bytes not in self._pending:
+            self._pending_order.add(key_bytes)
         self._pending[key_bytes] = None
         if self._unlogged is not None:
             self._unlogged[key_bytes] = None
@@ -110,11 +120,13 @@ class KeyValueStore:
         if self._pending or changelog_offset is not None:
             self._backend.write(self._pending.items(), changelog_offset)
         self._pending = {}
+        self._pending_order = None
 
     def discard(self) -> None:
         """Drop the pending buffer, e.g. when its exactly-once transaction aborted."""
         self.generation += 1
         self._pending = {}
+        self._pending_order = None
         if self._unlogged is not None:
             self._unlogged = {}
 
@@ -136,11 +148,10 @@ class KeyValueStore:
         self._backend.close()
 
     def _merged(self, lower: bytes | None, upper: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-        changes = sorted(
-            (key, value)
-            for key, value in self._pending.items()
-            if (lower is None or key >= lower) and (upper is None or key < upper)
-        )
+        order, pending = self._pending_order, self._pending
+        if order is None:
+            order = self._pending_order = SortedList(pending)
+        changes = [(key, pending[key]) for key in order.irange(lower, upper, inclusive=(True, False))]
         return overlay(self._backend.items(lower, upper), changes)
 
     def _decoded(self, pairs: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[Any, Any]]:

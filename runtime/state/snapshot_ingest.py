@@ -4,7 +4,8 @@ A store that is missing or behind the snapshot (its changelog offset below the m
 wiped and loaded from the snapshot's SST file; the changelog restore then replays only the
 records after the manifest's offset. A store at or past the snapshot keeps its data: a snapshot
 never replaces newer state. A snapshot of another app, store, encoding or changelog fails the
-task, as ingesting it would serve wrong bytes.
+task, as ingesting it would serve wrong bytes; so does a snapshot of key-value rows (a bootstrap from
+bulk data) for a window or session store, whose keys follow a layout the rows do not.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class SnapshotIngest:
         manifest = snapshot.manifest
         try:
             validate(manifest, state.app_id, entry.name, partitions, entry.spec.key_serde, entry.spec.value_serde,
-                     tp.topic)  # fmt: skip
+                     tp.topic, entry.spec.kind)  # fmt: skip
         except SnapshotMismatch as error:
             raise SnapshotMismatch(f"store {entry.name}: refusing snapshot {snapshot.directory}: {error}") from None
         offset = manifest.offset(tp.partition)

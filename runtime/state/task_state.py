@@ -22,7 +22,7 @@ from stores import (
     open_backend,
     wipe,
 )
-from stores.serdes import BytesSerde, resolve_serde
+from stores.serdes import RawSerde, resolve_serde
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class TaskState:
         if spec.kind == "key_value":
             return KeyValueStore(backend, keys, values, name=name, changelog=logged), None, backend
         # A view over a store of bytes, which its changelog, restore and snapshots handle as any other.
-        store = KeyValueStore(backend, BytesSerde(), BytesSerde(), name=name, changelog=logged)
+        store = KeyValueStore(backend, RawSerde(), RawSerde(), name=name, changelog=logged)
         assert spec.retention_ms is not None  # the config requires it of these kinds
         view_class = WindowStore if spec.kind == "window" else SessionStore
         return store, view_class(store, spec.retention_ms, keys, values), backend

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import get_args
 
+from stores.layout import StoreKind
 from stores.snapshot import SnapshotError
 
 
@@ -59,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     snap = commands.add_parser("snapshot", help="build a store snapshot from its changelog topic")
     snap.add_argument("--bootstrap-servers", required=True)
     snap.add_argument("--topic", required=True, help="the store's changelog topic")
+    snap.add_argument("--kind", choices=get_args(StoreKind), default="key_value", help="stores.<name>.kind in the YAML")
     _common(snap)
     return parser
 
@@ -136,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     key_serde=args.key_serde,
                     value_serde=args.value_serde,
                     out=args.out,
+                    kind=args.kind,
                 )
             finally:
                 spark.stop()

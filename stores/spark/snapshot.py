@@ -18,6 +18,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from stores.layout import StoreKind
 from stores.snapshot import Manifest, SnapshotError, SnapshotMismatch, finish_snapshot
 from stores.spark.partitioning import write_ssts
 
@@ -102,7 +103,10 @@ def snapshot(
     key_serde: str,
     value_serde: str,
     out: str | os.PathLike[str],
+    kind: StoreKind = "key_value",
 ) -> SnapshotResult:
+    """The records are copied as they are: a window or session store's keys keep their layout, and
+    `kind` goes into the manifest, so the runtime ingests the snapshot only into a store of that kind."""
     out_dir = Path(out)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise SnapshotError(f"output directory {out_dir} is not empty")
@@ -132,6 +136,7 @@ def snapshot(
         value_serde=value_serde,
         changelog_topic=topic,
         changelog_offsets=end_offsets,
+        kind=kind,
     )
     return SnapshotResult(records_read=records_read, rows_written=sum(manifest.row_counts.values()), manifest=manifest)
 

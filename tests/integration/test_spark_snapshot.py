@@ -24,6 +24,10 @@ from stores.spark.snapshot import snapshot
 from tests.conftest import TopicNamer
 from tests.integration.test_global_stores import STORE as GLOBAL_STORE
 from tests.integration.test_global_stores import Names, acquirer_of, prepare, router_app, rows
+from tests.integration.test_window_stores import KINDS as TIMED_KINDS
+from tests.integration.test_window_stores import PARTITIONS as TIMED_PARTITIONS
+from tests.integration.test_window_stores import app as timed_app
+from tests.integration.test_window_stores import run_until_caught_up, stored, timed_records
 from tests.support.kafka_helpers import create_topic, produce, read_topic
 from tests.support.snapshots import (
     PARTITIONS as STORE_PARTITIONS,
@@ -181,6 +185,37 @@ def test_runtime_restores_from_the_spark_snapshot_plus_the_changelog_tail(
     restored = store_contents(tmp_path / "fast", app_id)
     assert restored == store_contents(tmp_path / "full", app_id)
     assert restored == {p: (sorted(expected[p].items()), ends[p]) for p in range(STORE_PARTITIONS)}
+
+
+@pytest.mark.parametrize("kind", TIMED_KINDS)
+def test_a_window_or_session_store_restores_from_the_snapshot_of_its_changelog(
+    spark: Any, kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path, kind: str
+) -> None:
+    """The job copies the changelog's bytes, so the windows' layout and the stream time come through."""
+    app_id, source, store = topic_name("app"), topic_name("in"), TIMED_KINDS[kind].store
+    anyio.run(create_topic, kafka_bootstrap, source, TIMED_PARTITIONS)
+    records = [(key.encode(), msgpack.packb({"t": time})) for key, time in timed_records(2000, seed=5)]
+    anyio.run(produce, kafka_bootstrap, source, records)
+    config = timed_app(kind, app_id, source, tmp_path / "state")
+    anyio.run(run_until_caught_up, config, kafka_bootstrap)
+    code = main([
+        "snapshot", f"--bootstrap-servers={kafka_bootstrap}", f"--topic={app_id}-{store}-changelog", f"--kind={kind}",
+        f"--app={app_id}", f"--store={store}", f"--partitions={TIMED_PARTITIONS}", "--key-serde=str",
+        f"--out={tmp_path / 'snapshots' / store / '1'}", "--master=local[2]",
+    ])  # fmt: skip
+    assert code == 0
+    assert read_manifest(tmp_path / "snapshots" / store / "1").kind == kind
+
+    from_snapshot = {
+        **config,
+        "state_dir": str(tmp_path / "restored"),
+        "snapshots": {"location": str(tmp_path / "snapshots")},
+    }
+    restored = anyio.run(run_until_caught_up, from_snapshot, kafka_bootstrap)
+    assert (restored.counters.snapshot_ingests, restored.counters.restored) == (TIMED_PARTITIONS, 0)
+    original = stored(kind, tmp_path / "state", app_id)
+    assert all(task.contents and task.stream_time > 0 for task in original.values())
+    assert stored(kind, tmp_path / "restored", app_id) == original
 
 
 def test_a_global_store_starts_from_a_database_dump_and_reads_only_newer_rows(

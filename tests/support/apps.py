@@ -104,3 +104,38 @@ class Hoard(Processor):
     def process(self, record: Record, ctx: Context) -> None:
         self.hoard.put(record.offset, random.Random(record.offset).randbytes(self.size))
         ctx.send(self.output, record.value, key=record.key)
+
+
+class CountPerWindow(Processor):
+    """Counts records per key in tumbling windows of `params.size_ms` over the value's `t`, in the
+    `windows` window store."""
+
+    def init(self, ctx: Context) -> None:
+        self.size = int(ctx.params["size_ms"])
+        self.windows = ctx.window_store("windows")
+
+    def process(self, record: Record, ctx: Context) -> None:
+        timestamp = int(record.value["t"])
+        self.windows.advance(timestamp)
+        start = timestamp - timestamp % self.size
+        self.windows.put(record.key, start, self.windows.get(record.key, start, 0) + 1)
+
+
+class CountPerSession(Processor):
+    """Counts records per key and session (`params.gap_ms` of inactivity ends one) over the value's `t`,
+    in the `sessions` session store: a record joins, and merges, the sessions within the gap of it."""
+
+    def init(self, ctx: Context) -> None:
+        self.gap = int(ctx.params["gap_ms"])
+        self.sessions = ctx.session_store("sessions")
+
+    def process(self, record: Record, ctx: Context) -> None:
+        timestamp = int(record.value["t"])
+        self.sessions.advance(timestamp)
+        start, end, count = timestamp, timestamp, 1
+        for found_start, found_end, found_count in list(
+            self.sessions.find(record.key, timestamp - self.gap, timestamp + self.gap)
+        ):
+            self.sessions.delete(record.key, found_start, found_end)
+            start, end, count = min(start, found_start), max(end, found_end), count + found_count
+        self.sessions.put(record.key, start, end, count)

@@ -71,7 +71,14 @@ def test_missing_or_unknown_manifest_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("field", "wrong"),
-    [("app", "other"), ("store", "other"), ("partitions", 3), ("key_serde", "msgpack"), ("value_serde", "json")],
+    [
+        ("app", "other"),
+        ("store", "other"),
+        ("partitions", 3),
+        ("key_serde", "msgpack"),
+        ("value_serde", "json"),
+        ("kind", "window"),
+    ],
 )
 def test_validate_names_the_field_that_differs(field: str, wrong: object) -> None:
     expected: dict[str, object] = {

@@ -21,22 +21,27 @@ class Sent(NamedTuple):
 
 
 class WindowContext(Context):
-    def __init__(self, processor: type[Processor], params: Mapping[str, Any], name: str = "agg") -> None:
+    """`stores` are declared as in the YAML (`{name: {kind: window, retention_ms: ...}}`)."""
+
+    def __init__(self, params: Mapping[str, Any], stores: Mapping[str, Mapping[str, Any]], name: str = "agg") -> None:
         self._name = name
         self._params = params
         self.sent: list[Sent] = []
         self.counts: Counter[str] = Counter()
         self.windows: dict[str, WindowStore] = {}
         self.sessions: dict[str, SessionStore] = {}
-        if processor.Params is not None:
-            needed = processor.stores_for(processor.Params.model_validate(params), name)
-            for store, spec in needed.items():
-                kind, retention = spec["kind"], int(spec["retention_ms"])
-                underlying = KeyValueStore(MemoryBackend(), BytesSerde(), BytesSerde(), name=store)
-                if kind == "window":
-                    self.windows[store] = WindowStore(underlying, retention)
-                else:
-                    self.sessions[store] = SessionStore(underlying, retention)
+        for store, spec in stores.items():
+            underlying = KeyValueStore(MemoryBackend(), BytesSerde(), BytesSerde(), name=store)
+            if spec["kind"] == "window":
+                self.windows[store] = WindowStore(underlying, int(spec["retention_ms"]))
+            else:
+                self.sessions[store] = SessionStore(underlying, int(spec["retention_ms"]))
+
+    @classmethod
+    def of(cls, processor: type[Processor], params: Mapping[str, Any], name: str = "agg") -> WindowContext:
+        """The context of a processor whose params say which stores it needs."""
+        assert processor.Params is not None
+        return cls(params, processor.stores_for(processor.Params.model_validate(params), name), name)
 
     @property
     def app_id(self) -> str:

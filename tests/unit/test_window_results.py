@@ -63,7 +63,7 @@ def aggregations(draw: st.DrawFn) -> dict[str, Any]:
 
 def run(params: dict[str, Any], records: Sequence[Arrival]) -> WindowContext:
     """Process the records in order, then flush, as a commit would."""
-    context = WindowContext(Aggregate, params)
+    context = WindowContext.of(Aggregate, params)
     processor = Aggregate()
     processor.init(context)
     for offset, (key, timestamp, value) in enumerate(records):
@@ -101,7 +101,7 @@ def test_updates_come_once_per_window_and_commit_and_end_at_the_windows_results(
 ) -> None:
     window = data.draw(windows(kind))
     params = {"window": window, "aggregation": aggregation, "output": "out", "emit": "updates"}
-    context = WindowContext(Aggregate, params)
+    context = WindowContext.of(Aggregate, params)
     processor = Aggregate()
     processor.init(context)
     latest: dict[tuple[str, int, int], Any] = {}

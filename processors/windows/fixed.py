@@ -47,7 +47,11 @@ class FixedWindows:
         if not self._final or previous < 0:
             return []
         lead = self._windows.size_ms + self._windows.grace_ms
-        closed = list(self._store.fetch_all(previous - lead + 1, stream_time - lead))
+        earliest, latest = previous - lead + 1, stream_time - lead
+        step = self._windows.advance_ms if isinstance(self._windows, Hopping) else self._windows.size_ms
+        if earliest + -earliest % step > latest:  # no window starts in the range: no need to read the store
+            return []
+        closed = list(self._store.fetch_all(earliest, latest))
         for key, start, _ in closed:
             self._store.delete(key, start)
         size = self._windows.size_ms

@@ -61,8 +61,7 @@ class Aggregate(Processor):
         timestamp = record.timestamp
         if timestamp < 0:
             raise ValueError(f"the record has no timestamp ({timestamp}), and windows go by it")
-        key = self._group_key(record)
-        value = None if self.counts_only else record.value if self.field is None else _field(record, self.field)
+        key, value = self._group_key(record), self._value(record)
         store = self.store
         previous = store.stream_time
         stream_time = max(previous, timestamp)
@@ -89,6 +88,11 @@ class Aggregate(Processor):
         if isinstance(group_by, str):
             return _field(record, group_by)
         return [_field(record, name) for name in group_by]
+
+    def _value(self, record: Record) -> Any:
+        if self.counts_only:
+            return None
+        return record.value if self.field is None else _field(record, self.field)
 
     def _send(self, result: WindowResult, ctx: Context) -> None:
         value = {"start": result.start, "end": result.end, "value": self.aggregation.result(result.aggregate)}

@@ -39,7 +39,7 @@ class FixedWindows:
         if added:
             return None
         last = windows.windows_for(timestamp)[-1]
-        return f"window [{last.start}, {last.end}) and any before it closed at {windows.close_time(last)}"
+        return f"window [{last.start}, {last.end}), the last that holds it, closed at {windows.close_time(last)}"
 
     def close(self, previous: int, stream_time: int) -> list[WindowResult]:
         """Windows close at start + size + grace: those starting in this range closed now. Each is emitted

@@ -28,7 +28,7 @@ class SessionWindows:
     def add(self, key: Any, value: Any, timestamp: int, stream_time: int) -> str | None:
         sessions, aggregation, store = self._sessions, self._aggregation, self._store
         if sessions.is_late(timestamp, stream_time):
-            return f"its own session would have closed at {sessions.close_time(sessions.window_for(timestamp))}"
+            return f"the session it would start closed at {sessions.close_time(sessions.window_for(timestamp))}"
         joined = list(store.find(key, *sessions.reach(timestamp)))
         for start, end, _ in joined:
             closed_at = sessions.close_time(Window(start, end))

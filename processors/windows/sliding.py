@@ -39,7 +39,8 @@ class SlidingWindows:
     def add(self, key: Any, value: Any, timestamp: int, stream_time: int) -> str | None:
         windows = self._windows
         if windows.is_late(timestamp, stream_time):
-            return f"its last window [{timestamp}, {timestamp + windows.time_difference_ms}] closed"
+            last = Window(timestamp, timestamp + windows.time_difference_ms)
+            return f"window [{last.start}, {last.end}], the last that can hold it, closed at {windows.close_time(last)}"
         values = self._store.get(key, timestamp) or []
         values.append(value)
         self._store.put(key, timestamp, values)

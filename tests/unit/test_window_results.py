@@ -120,3 +120,47 @@ def test_updates_come_once_per_window_and_commit_and_end_at_the_windows_results(
         assert kind == "session"
         assert any(other == key and first <= start and end <= last for other, first, last in final)
     assert context.counts["late_records"] == len(expected.late)
+
+
+@pytest.mark.parametrize(
+    ("window", "records", "reason"),
+    [
+        (
+            {"type": "tumbling", "size_ms": 10},
+            [("a", 25, 1), ("a", 9, 1)],
+            "window [0, 10), the last that holds it, closed at 10",
+        ),
+        (
+            {"type": "hopping", "size_ms": 10, "advance_ms": 5, "grace_ms": 2},
+            [("a", 30, 1), ("a", 7, 1)],
+            "window [5, 15), the last that holds it, closed at 17",
+        ),
+        (
+            {"type": "sliding", "time_difference_ms": 10},
+            [("a", 30, 1), ("a", 7, 1)],
+            "window [7, 17], the last that can hold it, closed at 18",
+        ),
+        ({"type": "session", "gap_ms": 5}, [("a", 30, 1), ("a", 7, 1)], "the session it would start closed at 13"),
+        (
+            {"type": "session", "gap_ms": 5, "grace_ms": 10},
+            [("a", 10, 1), ("b", 26, 1), ("a", 14, 1)],
+            "it falls within the gap of session [10, 10], which closed at 26",
+        ),
+    ],
+)
+def test_a_late_record_goes_on_as_it_came_saying_why(
+    window: dict[str, Any], records: list[Arrival], reason: str
+) -> None:
+    params = {"window": window, "aggregation": {"type": "count"}, "output": "out", "late_topic": "late"}
+    (late,) = run(params, records).taken("late")
+    late_at = len(records) - 1
+    assert (late.key, late.value) == (records[late_at][0], {"n": records[late_at][2]})
+    assert late.headers == (
+        ("trace", b"x"),
+        ("source.topic", b"in"),
+        ("source.partition", b"0"),
+        ("source.offset", str(late_at).encode()),
+        ("source.timestamp", str(records[late_at][1]).encode()),
+        (LATE_REASON, reason.encode()),
+        ("late.stream_time", str(max(timestamp for _, timestamp, _ in records)).encode()),
+    )

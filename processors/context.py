@@ -79,3 +79,9 @@ class Context(ABC):
         scheduled in `init`, first after the task's first record, as in Kafka Streams); a jump over
         several multiples calls it once, and it is not called while stream time stands still.
         """
+
+    @abstractmethod
+    def count(self, name: str, amount: int = 1) -> None:
+        """Add `amount` to the processor's counter `name`, which the worker's metrics report
+        (`kafka_actor.processor.count`) with the processor's name. It counts what was processed, so
+        records processed again after a crash or an aborted transaction count again."""

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from processors.context import Context
 from processors.record import Record
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 class Processor:
@@ -30,7 +34,23 @@ class Processor:
     `init` or `close` is logged with its cause and stops the worker with exit 1 under every policy:
     a processor that cannot start has no record to skip, and one that cannot close may not have
     released what it holds.
+
+    A processor may declare its `params` as a pydantic model, `Params`: the app YAML's `params` are then
+    validated against it when the app is loaded, a mistake reported with its path in the YAML
+    (`processors[0].params.window.size_ms: ...`) and exit 2 before anything connects. The validation
+    context holds the processor's `name`, `inputs` and `outputs`, for checks against them. `ctx.params`
+    stays the mapping from the YAML; `self.Params.model_validate(ctx.params)` in `init` gives the model.
     """
+
+    Params: ClassVar[type[BaseModel] | None] = None
+
+    @classmethod
+    def stores_for(cls, params: Any, name: str) -> Mapping[str, Mapping[str, Any]]:
+        """The stores the processor needs, given its validated `params` (a `Params`) and its name, as they
+        would be declared under `stores:` in the YAML, which need not declare them then. A declaration
+        there of the same store adds settings (a backend, serdes); it may not change the `kind`, nor
+        shorten the `retention_ms`."""
+        return {}
 
     def init(self, ctx: Context) -> Awaitable[None] | None:
         """Called once before the first record of the task."""

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from processors.global_updater import GlobalStoreUpdater
 from processors.processor import Processor
 from runtime.kafka.options import INT32_MAX, option_problems
+from runtime.processor_params import checked_params, with_stores_params_need
 from runtime.redaction import USERINFO, redact
 from runtime.store_kinds import retention_fits_kind
 from runtime.substitution import UnsetVariable, expand_variables
@@ -201,7 +202,12 @@ class ProcessorConfig(Strict):
     inputs: list[str] = Field(min_length=1)
     outputs: list[str] = Field(default_factory=list)
     params: dict[str, Any] = Field(default_factory=dict)
-    stores: dict[str, StoreConfig] = Field(default_factory=dict)
+    stores: dict[str, StoreConfig] = Field(default_factory=dict, validate_default=True)  # the class may add some
+
+    _params_fit_class = field_validator("params")(classmethod(lambda cls, params, info: checked_params(params, info)))
+    _stores_params_need = field_validator("stores", mode="before")(
+        classmethod(lambda cls, stores, info: with_stores_params_need(stores, info))
+    )
 
     @field_validator("stores")
     @classmethod

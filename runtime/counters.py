@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -31,6 +32,14 @@ class Counters:
     snapshot_ingests: int = 0  # store partitions loaded from a snapshot before their changelog tail
     snapshot_rows: int = 0
     snapshot_seconds: float = 0.0
+    # What processors count themselves (`ctx.count`): {processor: {counter: total}}.
+    by_processor: dict[str, dict[str, int]] = field(default_factory=dict)
 
-    def snapshot(self) -> dict[str, float]:
+    def count(self, processor: str, name: str, amount: int = 1) -> None:
+        counts = self.by_processor.get(processor)
+        if counts is None:
+            counts = self.by_processor[processor] = {}
+        counts[name] = counts.get(name, 0) + amount
+
+    def snapshot(self) -> dict[str, Any]:
         return asdict(self)

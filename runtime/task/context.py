@@ -9,6 +9,7 @@ from typing import Any
 
 from processors.context import Context, Punctuation, PunctuationTime
 from processors.serdes import Serde
+from runtime.counters import Counters
 from runtime.kafka.outputs import Headers, Output
 from runtime.kafka.record_limits import DEFAULT_MAX_REQUEST_SIZE, Limits, RecordRefused, TopicLimits, check_record
 from runtime.state.task_state import TaskState, TaskStore
@@ -62,6 +63,7 @@ class TaskContext(Context):
     _global_stores: Mapping[str, ReadOnlyStore]
     _state: TaskState | None = None
     _limits: Limits = field(default_factory=dict)
+    _counters: Counters = field(default_factory=Counters)  # the worker's, which `count` adds to
     pending: list[PendingOutput] = field(default_factory=list)
     # The input record being processed, which its outputs name (for the error policy, should the
     # broker refuse one); None in punctuations.
@@ -204,6 +206,9 @@ class TaskContext(Context):
         if store is None:
             raise KeyError(f"there is no global store '{name}' (the app has {sorted(self._global_stores)})")
         return store
+
+    def count(self, name: str, amount: int = 1) -> None:
+        self._counters.count(self._processor_name, name, amount)
 
     def schedule(self, every_ms: int, callback: Punctuation, time: PunctuationTime = "wall_clock") -> None:
         if every_ms <= 0:

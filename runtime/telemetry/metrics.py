@@ -32,6 +32,7 @@ PartitionValues = Mapping[tuple[str, int], int]
 Unregister = Callable[[], None]
 
 PROCESSOR: Final = "kafka_actor.processor"
+COUNTER: Final = "kafka_actor.counter"
 TASK: Final = "kafka_actor.task"
 PREFIX: Final = "kafka_actor."
 
@@ -118,6 +119,12 @@ class RuntimeMetrics:
         meter = self._meter
         for field, (name, unit, description) in COUNTER_FIELDS.items():
             meter.create_observable_counter(PREFIX + name, [self._counter_callback(field)], unit, description)
+        meter.create_observable_counter(
+            PREFIX + "processor.count",
+            [self._observe_processor_counts],
+            "1",
+            "What processors counted themselves (ctx.count), by processor and counter.",
+        )
         self._processing = meter.create_histogram(
             PREFIX + "process.duration",
             "ms",
@@ -215,6 +222,16 @@ class RuntimeMetrics:
             return [Observation(value, dict(key)) for key, value in totals.items()]
 
         return observe
+
+    def _observe_processor_counts(self, options: CallbackOptions) -> Iterable[Observation]:
+        totals: dict[tuple[tuple[str, AttributeValue], ...], int] = {}
+        for counters, attributes in self._counters.read():
+            # Copied at once (each list() is one step under the GIL): the event loop may add a counter meanwhile.
+            for processor, counts in list(counters.by_processor.items()):
+                for name, value in list(counts.items()):
+                    key = tuple(sorted({**attributes, PROCESSOR: processor, COUNTER: name}.items()))
+                    totals[key] = totals.get(key, 0) + value
+        return [Observation(value, dict(key)) for key, value in totals.items()]
 
     def _partition_attributes(self, topic: str, partition: int, extra: Attributes) -> dict[str, AttributeValue]:
         attributes: dict[str, AttributeValue] = {

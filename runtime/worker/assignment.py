@@ -227,6 +227,6 @@ def build_task(
 ) -> Task:
     context = TaskContext(
         app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes, services.global_stores,
-        state, outputs.limits,
+        state, outputs.limits, services.counters,
     )  # fmt: skip
     return Task(task_id, processor, context, inputs, outputs, services, end_offsets, state)

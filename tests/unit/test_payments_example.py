@@ -71,6 +71,9 @@ class FakeContext(Context):
     def schedule(self, every_ms: int, callback: Punctuation, time: PunctuationTime = "wall_clock") -> None:
         raise AssertionError("the payments processors schedule nothing")
 
+    def count(self, name: str, amount: int = 1) -> None:
+        raise AssertionError("the payments processors count nothing")
+
 
 PARAMS = {"valid_topic": "ok", "rejected_topic": "bad", "max_amount_minor": 1000}
 

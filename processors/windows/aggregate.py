@@ -1,0 +1,108 @@
+"""The built-in windowed aggregation: `class: processors.windows:Aggregate` in the app YAML, its `params`
+described in docs/windows.md and checked when the app is loaded (`AggregateParams`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from processors.context import Context
+from processors.processor import Processor
+from processors.record import Record
+from processors.stores import SessionStore, WindowStore
+from processors.windows.definitions import Session, Sliding
+from processors.windows.fixed import FixedWindows
+from processors.windows.late import late_headers
+from processors.windows.params import AggregateParams
+from processors.windows.sessions import SessionWindows
+from processors.windows.sliding import SlidingWindows
+from processors.windows.windowing import Windowing, WindowResult
+
+
+class Aggregate(Processor):
+    """Aggregates the records of each group key and window, and sends each window's result to
+    `params.output`: the key is the group key (so the output is partitioned by it), the value
+    `{"start": ms, "end": ms, "value": result}`.
+
+    The stream time is the store's (`advance`d by each record's timestamp), so it is committed, logged
+    and restored with the windows it closed. A late record is counted (`late_records`) and dropped, or
+    sent to `params.late_topic` as it came, with headers saying where from and why.
+    """
+
+    Params = AggregateParams
+
+    @classmethod
+    def stores_for(cls, params: Any, name: str) -> dict[str, dict[str, Any]]:
+        """The window (or session) store, kept as long as the window definition needs its entries."""
+        definition = params.window.definition()
+        kind = "session" if isinstance(definition, Session) else "window"
+        return {params.store_name(name): {"kind": kind, "retention_ms": definition.retention_ms}}
+
+    def init(self, ctx: Context) -> None:
+        params = AggregateParams.model_validate(ctx.params)
+        self.output, self.late_topic, self.group_by = params.output, params.late_topic, params.group_by
+        self.field = params.aggregation.field
+        self.counts_only = params.aggregation.type == "count"  # a value it never reads is not kept
+        self.aggregation = aggregation = params.aggregation.build()
+        definition = params.window.definition()
+        name, final = params.store_name(ctx.processor_name), params.emit == "final"
+        self.windowing: Windowing
+        self.store: WindowStore | SessionStore
+        if isinstance(definition, Session):
+            self.store = sessions = ctx.session_store(name)
+            self.windowing = SessionWindows(definition, aggregation, sessions, final)
+        elif isinstance(definition, Sliding):
+            self.store = windows = ctx.window_store(name)
+            self.windowing = SlidingWindows(definition, aggregation, windows, final)
+        else:
+            self.store = windows = ctx.window_store(name)
+            self.windowing = FixedWindows(definition, aggregation, windows, final)
+
+    def process(self, record: Record, ctx: Context) -> None:
+        timestamp = record.timestamp
+        if timestamp < 0:
+            raise ValueError(f"the record has no timestamp ({timestamp}), and windows go by it")
+        key, value = self._group_key(record), self._value(record)
+        store = self.store
+        previous = store.stream_time
+        stream_time = max(previous, timestamp)
+        late = self.windowing.add(key, value, timestamp, stream_time)
+        if late is not None:
+            ctx.count("late_records")
+            if self.late_topic is not None:
+                ctx.send(self.late_topic, record.value, key=record.key,
+                         headers=late_headers(record, late, stream_time))  # fmt: skip
+        if stream_time > previous:
+            for result in self.windowing.close(previous, stream_time):
+                self._send(result, ctx)
+            store.advance(timestamp)
+
+    def flush(self, ctx: Context) -> None:
+        """Emitting updates: each window changed since the last commit, once, with its latest result."""
+        for result in self.windowing.take_updates():
+            self._send(result, ctx)
+
+    def _group_key(self, record: Record) -> Any:
+        group_by = self.group_by
+        if group_by is None:
+            return record.key
+        if isinstance(group_by, str):
+            return _field(record, group_by)
+        return [_field(record, name) for name in group_by]
+
+    def _value(self, record: Record) -> Any:
+        if self.counts_only:
+            return None
+        return record.value if self.field is None else _field(record, self.field)
+
+    def _send(self, result: WindowResult, ctx: Context) -> None:
+        value = {"start": result.start, "end": result.end, "value": self.aggregation.result(result.aggregate)}
+        ctx.send(self.output, value, key=result.key)
+
+
+def _field(record: Record, name: str) -> Any:
+    try:
+        return record.value[name]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError(
+            f"the value of record {record.topic}[{record.partition}]@{record.offset} has no field '{name}'"
+        ) from None

@@ -1,0 +1,173 @@
+"""The `params` of the built-in `Aggregate` processor, checked when the app YAML is loaded, so that a
+mistake is an error naming its field (`processors[0].params.window.size_ms: ...`) before anything runs.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from processors.windows.aggregations import (
+    NEEDS_FIELD,
+    SIMPLE,
+    Aggregation,
+    CappedList,
+    Custom,
+    import_aggregator,
+)
+from processors.windows.definitions import Hopping, Session, Sliding, Tumbling, WindowDefinition
+
+# The durations each window type takes besides `grace_ms`.
+WINDOW_DURATIONS: Final = {
+    "tumbling": ("size_ms",),
+    "hopping": ("size_ms", "advance_ms"),
+    "sliding": ("time_difference_ms",),
+    "session": ("gap_ms",),
+}
+WINDOW_CLASSES: Final[dict[str, type[WindowDefinition]]] = {
+    "tumbling": Tumbling,
+    "hopping": Hopping,
+    "sliding": Sliding,
+    "session": Session,
+}
+AGGREGATIONS: Final = (*SIMPLE, "list")
+STORE_NAME: Final = r"^[a-zA-Z0-9_-]+$"
+
+PositiveMs = Annotated[int, Field(gt=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WindowParams(_Strict):
+    type: Literal["tumbling", "hopping", "sliding", "session"]
+    size_ms: PositiveMs | None = Field(default=None, validate_default=True)
+    advance_ms: PositiveMs | None = Field(default=None, validate_default=True)
+    time_difference_ms: PositiveMs | None = Field(default=None, validate_default=True)
+    gap_ms: PositiveMs | None = Field(default=None, validate_default=True)
+    grace_ms: int = Field(default=0, ge=0)
+
+    @field_validator("size_ms", "advance_ms", "time_difference_ms", "gap_ms")
+    @classmethod
+    def _taken_by_the_type(cls, value: int | None, info: ValidationInfo) -> int | None:
+        kind = info.data.get("type")
+        if kind is None:  # the type is wrong, and reported as such
+            return value
+        takes, name = WINDOW_DURATIONS[kind], str(info.field_name)
+        if name in takes and value is None:
+            raise ValueError(f"{kind} windows need {name}")
+        if name not in takes and value is not None:
+            raise ValueError(f"{kind} windows take {' and '.join(takes)} (and grace_ms), not {name}")
+        size = info.data.get("size_ms")
+        if name == "advance_ms" and value is not None and size is not None and value > size:
+            raise ValueError(f"advance_ms ({value}) must not exceed size_ms ({size})")
+        return value
+
+    def definition(self) -> WindowDefinition:
+        """The window definition; the validators above made sure it has the durations its type takes."""
+        durations: dict[str, Any] = {name: getattr(self, name) for name in WINDOW_DURATIONS[self.type]}
+        return WINDOW_CLASSES[self.type](**durations, grace_ms=self.grace_ms)
+
+
+class AggregationParams(_Strict):
+    type: str
+    field: str | None = Field(default=None, validate_default=True)
+    max_items: Annotated[int, Field(ge=1)] | None = Field(default=None, validate_default=True)
+
+    @field_validator("type")
+    @classmethod
+    def _known(cls, kind: str) -> str:
+        if kind in AGGREGATIONS:
+            return kind
+        if ":" not in kind:
+            raise ValueError(
+                f"unknown aggregation '{kind}': expected {', '.join(AGGREGATIONS)}, or a class as package.module:Class"
+            )
+        try:
+            import_aggregator(kind)
+        except Exception as error:  # a user module may fail in any way: report it at its YAML path
+            raise ValueError(f"cannot import aggregator class '{kind}': {_describe(error)}") from None
+        return kind
+
+    @field_validator("field")
+    @classmethod
+    def _field_when_needed(cls, field: str | None, info: ValidationInfo) -> str | None:
+        kind = info.data.get("type")
+        if kind in NEEDS_FIELD and field is None:
+            raise ValueError(f"{kind} needs a field: the name of the field of the record's value to aggregate")
+        if kind == "count" and field is not None:
+            raise ValueError("count counts records: it takes no field")
+        return field
+
+    @field_validator("max_items")
+    @classmethod
+    def _max_items_for_lists(cls, max_items: int | None, info: ValidationInfo) -> int | None:
+        kind = info.data.get("type")
+        if kind == "list" and max_items is None:
+            raise ValueError("list needs max_items: the most values it keeps (the latest ones)")
+        if kind is not None and kind != "list" and max_items is not None:
+            raise ValueError(f"only list takes max_items, not {kind}")
+        return max_items
+
+    @property
+    def is_custom(self) -> bool:
+        return self.type not in AGGREGATIONS
+
+    def build(self) -> Aggregation:
+        """A new aggregation (a custom aggregator is constructed, once per task)."""
+        if self.type == "list" and self.max_items is not None:
+            return CappedList(self.max_items)
+        simple = SIMPLE.get(self.type)
+        return simple() if simple is not None else Custom(import_aggregator(self.type)())
+
+
+def _describe(error: Exception) -> str:
+    return str(error) if isinstance(error, ImportError) else f"{type(error).__name__}: {error}"
+
+
+class AggregateParams(_Strict):
+    """See docs/windows.md for each field. When the app YAML is loaded, the validation context holds the
+    processor's `outputs`, which `output` and `late_topic` must be among."""
+
+    window: WindowParams
+    aggregation: AggregationParams
+    group_by: str | list[str] | None = None
+    emit: Literal["final", "updates"] = "final"
+    output: str
+    late_topic: str | None = None
+    store: str | None = Field(default=None, pattern=STORE_NAME)
+
+    @field_validator("group_by", mode="before")
+    @classmethod
+    def _field_names(cls, group_by: Any) -> Any:
+        """Checked here, so that a mistake is reported as one (pydantic would report it for each choice)."""
+        names = [group_by] if isinstance(group_by, str) else group_by
+        if group_by is not None and not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
+            raise ValueError("expected the name of a field of the records' values, or a list of such names")
+        return group_by
+
+    @field_validator("aggregation")
+    @classmethod
+    def _sessions_merge(cls, aggregation: AggregationParams, info: ValidationInfo) -> AggregationParams:
+        window = info.data.get("window")
+        if window is None or window.type != "session" or not aggregation.is_custom:
+            return aggregation
+        if not callable(getattr(import_aggregator(aggregation.type), "merge", None)):
+            raise ValueError(
+                f"'{aggregation.type}' has no merge(first, second), which session windows need to merge sessions"
+            )
+        return aggregation
+
+    @field_validator("output", "late_topic")
+    @classmethod
+    def _among_outputs(cls, topic: str | None, info: ValidationInfo) -> str | None:
+        outputs = info.context.get("outputs") if isinstance(info.context, dict) else None
+        if topic is not None and outputs is not None and topic not in outputs:
+            raise ValueError(f"topic '{topic}' is not among the processor's outputs {sorted(outputs)}")
+        return topic
+
+    def store_name(self, processor: str) -> str:
+        """The window or session store: `store`, else the processor's name."""
+        return self.store or processor

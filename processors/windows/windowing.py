@@ -1,0 +1,43 @@
+"""What the `Aggregate` processor asks of each kind of window: add a record, close what the stream time
+passed, and hand over the updates since the last commit."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any, NamedTuple, Protocol
+
+
+class WindowResult(NamedTuple):
+    """A window's aggregate, as emitted: `key` is the group key."""
+
+    key: Any
+    start: int
+    end: int
+    aggregate: Any
+
+
+class Windowing(Protocol):
+    """Aggregates records into windows kept in a store; the store's stream time is the caller's to advance."""
+
+    def add(self, key: Any, value: Any, timestamp: int, stream_time: int) -> str | None:
+        """Add a record's value to its windows that are open at `stream_time` (which already counts this
+        record); returns why it is late instead, when none is open."""
+        ...
+
+    def close(self, previous: int, stream_time: int) -> list[WindowResult]:
+        """The stream time moved from `previous` to `stream_time`: the final results of the windows that
+        closed in between (emitting final results), before the store's `advance` expires them."""
+        ...
+
+    def take_updates(self) -> list[WindowResult]:
+        """Emitting updates: the latest result of every window changed since the last call."""
+        ...
+
+
+def hashable(key: Any) -> Hashable:
+    """A group key as a dictionary key: a key decoded from JSON or msgpack may be a list or a map."""
+    if isinstance(key, list | tuple):
+        return tuple(hashable(item) for item in key)
+    if isinstance(key, dict):
+        return frozenset((hashable(name), hashable(value)) for name, value in key.items())
+    return key  # type: ignore[no-any-return]

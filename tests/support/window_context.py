@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from processors import Context, Processor
-from processors.context import Punctuation
+from processors.context import Punctuation, PunctuationTime
 from stores import KeyValueStore, MemoryBackend, ReadOnlyStore, SessionStore, WindowStore
 from stores.serdes import BytesSerde
 
@@ -74,7 +74,11 @@ class WindowContext(Context):
     def global_store(self, name: str) -> ReadOnlyStore:
         raise AssertionError("window processors read no global store")
 
-    def schedule(self, every_ms: int, callback: Punctuation) -> None:
+    @property
+    def stream_time(self) -> int:
+        raise AssertionError("window processors keep their stream time in their stores")
+
+    def schedule(self, every_ms: int, callback: Punctuation, time: PunctuationTime = "wall_clock") -> None:
         raise AssertionError("window processors schedule nothing")
 
     def count(self, name: str, amount: int = 1) -> None:

@@ -17,6 +17,7 @@ from runtime.telemetry.trace_headers import TRACEPARENT_CLASS, UNTRACED_CLASS, O
 from runtime.telemetry.tracing import with_fields
 from stores import KeyValueStore, ReadOnlyStore, SessionStore, WindowStore
 
+NEVER = 1 << 63  # a stream time no record reaches: when the next stream-time punctuation is due if none is
 TopicSerdes = Mapping[str, tuple[Serde, Serde]]
 Encode = Callable[[Any], bytes]
 
@@ -122,6 +123,10 @@ class TaskContext(Context):
     @property
     def stream_time(self) -> int:
         return self.latest_timestamp
+
+    def next_stream_time_due(self) -> int:
+        """The stream time at which the next stream-time punctuation is due (NEVER when there is none)."""
+        return min((p.due for p in self.stream_time_punctuators), default=NEVER)
 
     def stream_time_now(self) -> StreamTimeCheckpoint:
         return StreamTimeCheckpoint(self.latest_timestamp, {p: p.due for p in self.stream_time_punctuators})

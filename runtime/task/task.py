@@ -7,21 +7,20 @@ turn ends the batch in flight after its current record; the rest of the batch st
 
 A task with one input partition processes each list the poll loop hands over as a batch. One with
 several (a processor with several co-partitioned inputs) processes their records in timestamp order
-(`runtime/task/timestamp_order.py`), in runs of one partition's records, each through the same loop.
-The loop keeps the task's stream time, and a stream-time punctuation that falls due ends the batch
-after the record that brought it, to run before the next.
+(`runtime/task/timestamp_order.py`), in runs of one partition's records, each through the same
+record loop (`runtime/task/record_loop.py`). The loop keeps the task's stream time, and a stream-time
+punctuation that falls due ends the batch after the record that brought it, to run before the next.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import operator
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -30,24 +29,20 @@ from aiokafka import TopicPartition
 
 from processors.context import Punctuation
 from processors.processor import Processor
-from processors.record import Record
 from runtime.counters import Counters
 from runtime.errors import StopAfterCommit
 from runtime.guarantees.checkpoint import Checkpoint, CommitBeforeProcessing
 from runtime.kafka.outputs import Outputs
 from runtime.state.task_state import TaskState
 from runtime.task.context import TaskContext, TopicSerdes
-from runtime.task.event_time import RecordBuilder, TimestampOf, raw_event_time, stamping
+from runtime.task.event_time import TimestampOf, raw_event_time
 from runtime.task.failures import FailureHandler, Stage
+from runtime.task.record_loop import RecordLoop, settle
 from runtime.task.timestamp_order import EventTimeOf, InputQueue, TimestampOrder
 from runtime.telemetry import Telemetry
-from runtime.telemetry.trace_headers import CARRIED_CLASSES, UNTRACED
-from runtime.telemetry.tracing import ProcessScope
 from stores import ReadOnlyStore
 
 log = logging.getLogger(__name__)
-
-NEVER = 1 << 63  # a stream time no record reaches: the loop's due time when no stream-time punctuation is due
 
 
 @dataclass(frozen=True, order=True)
@@ -84,12 +79,6 @@ class TaskServices:
     unfetched: Callable[[TopicPartition], bool] = lambda tp: False
 
 
-async def settle(result: Awaitable[None] | None) -> None:
-    """Await what a processor method returned, if it was an `async def`."""
-    if inspect.isawaitable(result):
-        await result
-
-
 class Task:
     """Owns one processor instance; records arrive as lists through a queue the poll loop fills."""
 
@@ -120,17 +109,10 @@ class Task:
         self._wakeup = asyncio.Event()
         self.lost = False
         self._stopping = False
-        # The batch ends at this record: the task stops, a commit waits for the turn, a stream-time
-        # punctuation is due, or records came for an input the task had none of.
-        self._interrupted = False
         self._commit_waits = False
         self._busy = False
-        self._is_async = inspect.iscoroutinefunction(processor.process)
         self._flushes = type(processor).flush is not Processor.flush
-        self._builders: dict[str, RecordBuilder] = {}
-        for tp in inputs:
-            timestamp_of = services.timestamps.get(tp.topic)
-            self._builders[tp.topic] = Record if timestamp_of is None else stamping(timestamp_of)
+        self._loop = RecordLoop(task_id.processor, inputs, processor, context, services, outputs, self._batch_done)
         self._merge = self._timestamp_order() if len(inputs) > 1 else None
         self._stream_time_checkpoint = self._committed_stream_time = context.stream_time_now()
 
@@ -155,24 +137,24 @@ class Task:
 
     def enqueue(self, tp: TopicPartition, records: list[Any]) -> None:
         if self._merge is not None and self._busy and not self._merge.queues[tp].count:
-            self._interrupted = True  # the run in flight ends, so that these are ordered in
+            self._loop.interrupted = True  # the run in flight ends, so that these are ordered in
         self._queue.append((tp, records))
         self.queued += len(records)
         self._wakeup.set()
 
     def request_stop(self) -> None:
         """Stop after the record in flight; queued records are dropped (they were not committed)."""
-        self._stopping = self._interrupted = True
+        self._stopping = self._loop.interrupted = True
         self._wakeup.set()
 
     @contextlib.asynccontextmanager
     async def commit_turn(self) -> AsyncIterator[None]:
         """The task's turn, for a commit: the batch in flight ends after its current record (the rest
         stays queued), so a slow processor's commit waits for one record rather than a whole fetch."""
-        self._interrupted = self._commit_waits = True
+        self._loop.interrupted = self._commit_waits = True
         async with self.turn:
             self._commit_waits = False
-            self._interrupted = self._stopping
+            self._loop.interrupted = self._stopping
             yield
 
     def lose(self) -> None:
@@ -239,7 +221,7 @@ class Task:
         try:
             admitted = await self._admit(tp, records)
             if admitted:
-                rest = await self._process_batch(tp, admitted)
+                rest = await self._loop.process(tp, admitted)
             await self.outputs.flush()
         finally:
             self._busy = False
@@ -254,7 +236,7 @@ class Task:
         self._busy = True
         budget = self.queued
         try:
-            while budget > 0 and not self._interrupted:
+            while budget > 0 and not self._loop.interrupted:
                 while self._queue:
                     tp, records = self._queue.popleft()
                     admitted = await self._admit(tp, records)
@@ -266,7 +248,7 @@ class Task:
                 if run is None:
                     break
                 tp, records = run
-                rest = await self._process_batch(tp, records)
+                rest = await self._loop.process(tp, records)
                 if rest:
                     merge.put_back(tp, rest)
                 self.queued -= len(records) - len(rest)
@@ -284,7 +266,7 @@ class Task:
         if topic not in self._services.timestamps:
             return operator.attrgetter("timestamp")
         key_serde, value_serde = self._services.serdes[topic]
-        return raw_event_time(self._builders[topic], key_serde.deserialize, value_serde.deserialize)
+        return raw_event_time(self._loop.builders[topic], key_serde.deserialize, value_serde.deserialize)
 
     async def prepare_commit(self) -> Checkpoint | None:
         """Steps 1.1 to 1.4 of the commit protocol, in the task's turn; None when there is nothing to
@@ -338,7 +320,7 @@ class Task:
         merge = self._merge
         if self._queue or (merge is not None and merge.count and merge.wait_ends is None):
             return
-        if self._next_stream_time_punctuation() <= self._context.latest_timestamp:
+        if self._context.next_stream_time_due() <= self._context.latest_timestamp:
             return  # the last record brought it: it runs now, not when the next record comes
         self._wakeup.clear()
         dues = [p.due for p in self._context.punctuators]
@@ -349,7 +331,7 @@ class Task:
             await asyncio.wait_for(self._wakeup.wait(), timeout)
 
     async def _punctuate(self) -> None:
-        self._interrupted = self._stopping or self._commit_waits  # a batch ended for a punctuation runs it now
+        self._loop.interrupted = self._stopping or self._commit_waits  # a batch ended for a punctuation runs it now
         now = time.monotonic()
         for punctuator in self._context.punctuators:
             if punctuator.due <= now:
@@ -374,9 +356,6 @@ class Task:
             log.warning("a punctuation of task %s failed (%r); skipped", self.id, error)
         self._release_outputs()
 
-    def _next_stream_time_punctuation(self) -> int:
-        return min((p.due for p in self._context.stream_time_punctuators), default=NEVER)
-
     async def _admit(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
         """The records of a list the poll loop handed over that are to be processed: a bounded run's
         only those below its end offsets; at-most-once commits their offsets first."""
@@ -391,135 +370,6 @@ class Task:
         if end is not None and records[-1].offset >= end:
             return [raw for raw in records if raw.offset < end]
         return records
-
-    async def _process_batch(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
-        """Returns the records it left for later, when interrupted."""
-        telemetry = self._services.telemetry
-        if telemetry.tracer.enabled or telemetry.metrics.enabled:
-            return await self._process_batch_observed(tp, records)
-        key_serde, value_serde = self._services.serdes[tp.topic]
-        decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
-        build = self._builders[tp.topic]
-        process, context, is_async = self._processor.process, self._context, self._is_async
-        pending = context.pending
-        stream_time, punctuation_due = context.latest_timestamp, self._next_stream_time_punctuation()
-        processed = 0
-        done: int | None = None  # the offset after the last record handled
-        try:
-            for raw in records:
-                if self._interrupted:
-                    return records[records.index(raw) :]
-                try:
-                    record = build(
-                        raw.topic,
-                        raw.partition,
-                        raw.offset,
-                        raw.timestamp,
-                        None if raw.key is None else decode_key(raw.key),
-                        None if raw.value is None else decode_value(raw.value),
-                        raw.headers,
-                    )
-                except Exception as error:  # any decoding error, or event time not found, goes to the policy
-                    self._undecodable(raw, error)
-                    done = raw.offset + 1
-                    continue
-                timestamp = record.timestamp
-                if timestamp > stream_time:
-                    stream_time = context.latest_timestamp = timestamp
-                    if timestamp >= punctuation_due:
-                        self._interrupted = True  # after this record
-                released = len(pending)
-                context.source = raw
-                try:
-                    if is_async:
-                        await process(record, context)  # type: ignore[misc]
-                    else:
-                        process(record, context)
-                except Exception as error:  # any processor error goes to the policy
-                    self._failed(raw, error, released)
-                else:
-                    processed += 1
-                done = raw.offset + 1
-        finally:
-            context.source = None  # punctuations' outputs belong to no record
-            self._batch_done(tp, done, processed)
-        return []
-
-    async def _process_batch_observed(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
-        """`_process_batch`'s loop with a span around each record and its processing time measured;
-        the two loops share every path but the call itself (tests run both)."""
-        key_serde, value_serde = self._services.serdes[tp.topic]
-        decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
-        build = self._builders[tp.topic]
-        process, context, is_async = self._processor.process, self._context, self._is_async
-        tracer, metrics = self._services.telemetry.tracer, self._services.telemetry.metrics
-        start_span, timed, name = tracer.start_process_span, metrics.enabled, self.id.processor
-        carried_classes = CARRIED_CLASSES
-        pending = context.pending
-        stream_time, punctuation_due = context.latest_timestamp, self._next_stream_time_punctuation()
-        processed = 0
-        done: int | None = None  # the offset after the last record handled
-        try:
-            with tracer.batch_context():
-                for raw, decision in zip(records, tracer.decide(records), strict=True):
-                    if self._interrupted:
-                        return records[records.index(raw) :]
-                    try:
-                        record = build(
-                            raw.topic,
-                            raw.partition,
-                            raw.offset,
-                            raw.timestamp,
-                            None if raw.key is None else decode_key(raw.key),
-                            None if raw.value is None else decode_value(raw.value),
-                            raw.headers,
-                        )
-                    except Exception as error:  # any decoding error, or event time not found, goes to the policy
-                        self._undecodable(raw, error)
-                        done = raw.offset + 1
-                        continue
-                    timestamp = record.timestamp
-                    if timestamp > stream_time:
-                        stream_time = context.latest_timestamp = timestamp
-                        if timestamp >= punctuation_due:
-                            self._interrupted = True  # after this record
-                    released = len(pending)
-                    context.source = raw
-                    started = time.perf_counter() if timed else 0.0
-                    try:
-                        if decision.__class__ in carried_classes:  # no span: the decision is what outputs carry
-                            context.trace_fields = decision  # type: ignore[assignment]
-                            result = process(record, context)
-                            if is_async:
-                                await result  # type: ignore[misc]
-                        else:
-                            scope = start_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers, None,
-                                               decision)  # fmt: skip
-                            await self._process_in_span(scope, record)
-                    except Exception as error:  # any processor error goes to the policy
-                        self._failed(raw, error, released)
-                    else:
-                        processed += 1
-                    if timed:
-                        metrics.record_processing((time.perf_counter() - started) * 1000, name)
-                    done = raw.offset + 1
-        finally:
-            context.trace_fields, context.source = UNTRACED, None  # punctuations' outputs belong to no record
-            self._batch_done(tp, done, processed)
-        return []
-
-    async def _process_in_span(self, scope: ProcessScope, record: Record) -> None:
-        """A sampled record (about one in a hundred at a 1% ratio), out of the loop's fast path."""
-        with scope:
-            self._context.trace_fields = scope.fields
-            await settle(self._processor.process(record, self._context))
-
-    def _undecodable(self, raw: Any, error: Exception) -> None:
-        self._services.failures.handle(Stage.DESERIALIZATION, self.id.processor, raw, error, self.outputs)
-
-    def _failed(self, raw: Any, error: Exception, released: int) -> None:
-        del self._context.pending[released:]  # nothing of a failed record escapes
-        self._services.failures.handle(Stage.PROCESSING, self.id.processor, raw, error, self.outputs)
 
     def _batch_done(self, tp: TopicPartition, done: int | None, processed: int) -> None:
         """The offset and the counter are brought up to date once per batch: no commit can run inside

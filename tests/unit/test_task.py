@@ -1,6 +1,6 @@
 """The task actor without a broker: its per-record loops, its turn and its punctuations.
 
-Every loop test runs with telemetry off (`_process_batch`) and on (`_process_batch_observed`, with
+Every loop test runs with telemetry off (`RecordLoop.process`) and on (its observed loop, with
 each record traced, each span dropped, or metrics only), so the two loops cannot drift apart.
 """
 

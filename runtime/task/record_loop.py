@@ -1,0 +1,200 @@
+"""The per-record loop: one input partition's records, in order, through the task's processor.
+
+Each record is decoded (with its event time, where its topic says where to find it), advances the
+task's stream time, and is processed; a record that cannot be decoded, or whose processing raises,
+goes to the error policy, and nothing it sent escapes. The loop checks `interrupted` before each
+record: the task sets it to end the batch there (it stops, a commit waits for its turn, records came
+for an input it had none of), and the loop sets it after a record that brings a stream-time
+punctuation due. The offset and the counters are brought up to date once per batch, by the task's
+`on_batch_done`: no commit can run inside a batch, as the batch holds the task's turn.
+
+There are two loops: the plain one, and one with a span around each sampled record and its
+processing time measured. They share every path but the call itself, and tests run both.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiokafka import TopicPartition
+
+from processors.processor import Processor
+from processors.record import Record
+from runtime.kafka.outputs import Outputs
+from runtime.task.context import TaskContext
+from runtime.task.event_time import RecordBuilder, stamping
+from runtime.task.failures import Stage
+from runtime.telemetry.trace_headers import CARRIED_CLASSES, UNTRACED
+from runtime.telemetry.tracing import ProcessScope
+
+if TYPE_CHECKING:
+    from runtime.task.task import TaskServices
+
+BatchDone = Callable[[TopicPartition, "int | None", int], None]
+"""Called once per batch, also when it raises: its partition, the offset after the last record
+handled (None if none was), and how many records were processed."""
+
+
+async def settle(result: Awaitable[None] | None) -> None:
+    """Await what a processor method returned, if it was an `async def`."""
+    if inspect.isawaitable(result):
+        await result
+
+
+class RecordLoop:
+    """Processes a task's batches; one per task."""
+
+    def __init__(
+        self,
+        name: str,
+        inputs: list[TopicPartition],
+        processor: Processor,
+        context: TaskContext,
+        services: TaskServices,
+        outputs: Outputs,
+        on_batch_done: BatchDone,
+    ):
+        self.interrupted = False
+        self.builders: dict[str, RecordBuilder] = {}
+        for tp in inputs:
+            timestamp_of = services.timestamps.get(tp.topic)
+            self.builders[tp.topic] = Record if timestamp_of is None else stamping(timestamp_of)
+        self._name = name
+        self._processor = processor
+        self._context = context
+        self._services = services
+        self._outputs = outputs
+        self._on_batch_done = on_batch_done
+        self._is_async = inspect.iscoroutinefunction(processor.process)
+
+    async def process(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
+        """Process `records` of `tp` in order; returns those left for later when interrupted."""
+        telemetry = self._services.telemetry
+        if telemetry.tracer.enabled or telemetry.metrics.enabled:
+            return await self._process_observed(tp, records)
+        key_serde, value_serde = self._services.serdes[tp.topic]
+        decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
+        build = self.builders[tp.topic]
+        process, context, is_async = self._processor.process, self._context, self._is_async
+        pending = context.pending
+        stream_time, punctuation_due = context.latest_timestamp, context.next_stream_time_due()
+        processed = 0
+        done: int | None = None  # the offset after the last record handled
+        try:
+            for raw in records:
+                if self.interrupted:
+                    return records[records.index(raw) :]
+                try:
+                    record = build(
+                        raw.topic,
+                        raw.partition,
+                        raw.offset,
+                        raw.timestamp,
+                        None if raw.key is None else decode_key(raw.key),
+                        None if raw.value is None else decode_value(raw.value),
+                        raw.headers,
+                    )
+                except Exception as error:  # any decoding error, or event time not found, goes to the policy
+                    self._undecodable(raw, error)
+                    done = raw.offset + 1
+                    continue
+                timestamp = record.timestamp
+                if timestamp > stream_time:
+                    stream_time = context.latest_timestamp = timestamp
+                    if timestamp >= punctuation_due:
+                        self.interrupted = True  # after this record
+                released = len(pending)
+                context.source = raw
+                try:
+                    if is_async:
+                        await process(record, context)  # type: ignore[misc]
+                    else:
+                        process(record, context)
+                except Exception as error:  # any processor error goes to the policy
+                    self._failed(raw, error, released)
+                else:
+                    processed += 1
+                done = raw.offset + 1
+        finally:
+            context.source = None  # punctuations' outputs belong to no record
+            self._on_batch_done(tp, done, processed)
+        return []
+
+    async def _process_observed(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
+        """`process`'s loop with a span around each record and its processing time measured;
+        the two loops share every path but the call itself (tests run both)."""
+        key_serde, value_serde = self._services.serdes[tp.topic]
+        decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
+        build = self.builders[tp.topic]
+        process, context, is_async = self._processor.process, self._context, self._is_async
+        tracer, metrics = self._services.telemetry.tracer, self._services.telemetry.metrics
+        start_span, timed, name = tracer.start_process_span, metrics.enabled, self._name
+        carried_classes = CARRIED_CLASSES
+        pending = context.pending
+        stream_time, punctuation_due = context.latest_timestamp, context.next_stream_time_due()
+        processed = 0
+        done: int | None = None  # the offset after the last record handled
+        try:
+            with tracer.batch_context():
+                for raw, decision in zip(records, tracer.decide(records), strict=True):
+                    if self.interrupted:
+                        return records[records.index(raw) :]
+                    try:
+                        record = build(
+                            raw.topic,
+                            raw.partition,
+                            raw.offset,
+                            raw.timestamp,
+                            None if raw.key is None else decode_key(raw.key),
+                            None if raw.value is None else decode_value(raw.value),
+                            raw.headers,
+                        )
+                    except Exception as error:  # any decoding error, or event time not found, goes to the policy
+                        self._undecodable(raw, error)
+                        done = raw.offset + 1
+                        continue
+                    timestamp = record.timestamp
+                    if timestamp > stream_time:
+                        stream_time = context.latest_timestamp = timestamp
+                        if timestamp >= punctuation_due:
+                            self.interrupted = True  # after this record
+                    released = len(pending)
+                    context.source = raw
+                    started = time.perf_counter() if timed else 0.0
+                    try:
+                        if decision.__class__ in carried_classes:  # no span: the decision is what outputs carry
+                            context.trace_fields = decision  # type: ignore[assignment]
+                            result = process(record, context)
+                            if is_async:
+                                await result  # type: ignore[misc]
+                        else:
+                            scope = start_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers, None,
+                                               decision)  # fmt: skip
+                            await self._process_in_span(scope, record)
+                    except Exception as error:  # any processor error goes to the policy
+                        self._failed(raw, error, released)
+                    else:
+                        processed += 1
+                    if timed:
+                        metrics.record_processing((time.perf_counter() - started) * 1000, name)
+                    done = raw.offset + 1
+        finally:
+            context.trace_fields, context.source = UNTRACED, None  # punctuations' outputs belong to no record
+            self._on_batch_done(tp, done, processed)
+        return []
+
+    async def _process_in_span(self, scope: ProcessScope, record: Record) -> None:
+        """A sampled record (about one in a hundred at a 1% ratio), out of the loop's fast path."""
+        with scope:
+            self._context.trace_fields = scope.fields
+            await settle(self._processor.process(record, self._context))
+
+    def _undecodable(self, raw: Any, error: Exception) -> None:
+        self._services.failures.handle(Stage.DESERIALIZATION, self._name, raw, error, self._outputs)
+
+    def _failed(self, raw: Any, error: Exception, released: int) -> None:
+        del self._context.pending[released:]  # nothing of a failed record escapes
+        self._services.failures.handle(Stage.PROCESSING, self._name, raw, error, self._outputs)

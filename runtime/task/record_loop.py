@@ -27,8 +27,8 @@ from runtime.kafka.outputs import Outputs
 from runtime.task.context import TaskContext
 from runtime.task.event_time import RecordBuilder, stamping
 from runtime.task.failures import Stage
+from runtime.telemetry.span_scopes import ProcessScope
 from runtime.telemetry.trace_headers import CARRIED_CLASSES, UNTRACED
-from runtime.telemetry.tracing import ProcessScope
 
 if TYPE_CHECKING:
     from runtime.task.task import TaskServices

@@ -25,25 +25,22 @@ import re
 from binascii import hexlify
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from contextvars import Token
 from operator import attrgetter
 from os import urandom
 from random import getrandbits
-from types import TracebackType
 from typing import Any, Final, cast
 
-from opentelemetry import baggage, trace
-from opentelemetry import context as context_api
-from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.sdk.trace.sampling import Decision, ParentBased, Sampler, TraceIdRatioBased
-from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
-from runtime.telemetry.record_span import RecordSpan, RecordSpanSink, qualified_name
-from runtime.telemetry.trace_headers import TRACEPARENT, UNTRACED, Fields, TraceDecision
+from runtime.telemetry.record_span import RecordSpan, RecordSpanSink
+from runtime.telemetry.span_scopes import BAGGAGE_PROPAGATOR, NO_FIELDS, NO_PARENT, ActiveSpan, Attached, ProcessScope
+from runtime.telemetry.trace_headers import TRACEPARENT, UNTRACED, TraceDecision
 
 HeaderList = Sequence[tuple[str, bytes]]
 
@@ -56,22 +53,18 @@ MESSAGING_DESTINATION_PARTITION_ID: Final = "messaging.destination.partition.id"
 MESSAGING_CONSUMER_GROUP_NAME: Final = "messaging.consumer.group.name"
 MESSAGING_KAFKA_OFFSET: Final = "messaging.kafka.offset"
 MESSAGING_KAFKA_MESSAGE_KEY: Final = "messaging.kafka.message.key"
-ERROR_TYPE: Final = "error.type"
 
 INSTRUMENTATION_NAME: Final = "kafka_actor_runtime"
 
 # W3C Trace Context and Baggage, whatever OTEL_PROPAGATORS says: the headers are a wire format
 # other apps in the chain read, not a per-process choice.
-BAGGAGE_PROPAGATOR: Final = W3CBaggagePropagator()
 PROPAGATOR: Final = CompositePropagator([TraceContextTextMapPropagator(), BAGGAGE_PROPAGATOR])
 PROPAGATION_HEADERS: Final = frozenset(PROPAGATOR.fields)
 
 _NOTHING: Final[AbstractContextManager[None]] = nullcontext()
-_NO_PARENT: Final = Context()
 BAGGAGE: Final = "baggage"
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _UNSAMPLED: Final = TraceFlags(TraceFlags.DEFAULT)
-_NO_FIELDS: Final[Fields] = []
 _LOW_STRIDE: Final = 17  # a low half's 16 hex digits and the "|" after it
 _HEADERS: Final = attrgetter("headers")
 
@@ -101,7 +94,7 @@ class RecordTracer:
         decision: TraceDecision = None,
     ) -> ProcessScope:
         """A span around one record's processing: see `OtelRecordTracer`."""
-        return ProcessScope(RecordSpan("", trace.INVALID_SPAN_CONTEXT, None, {}, None), _NO_PARENT)
+        return ProcessScope(RecordSpan("", trace.INVALID_SPAN_CONTEXT, None, {}, None), NO_PARENT)
 
     def span(
         self, name: str, attributes: Mapping[str, AttributeValue] | None = None
@@ -147,13 +140,13 @@ class OtelRecordTracer(RecordTracer):
         first = (self._bound_digits or b"0")[0]
         self._candidate_digits = bytes(0x31 if digit <= first else 0x30 for digit in range(256))
         shared = SpanContext(getrandbits(128) or 1, getrandbits(64) or 1, is_remote=False)
-        self._dropped_context = trace.set_span_in_context(NonRecordingSpan(shared), _NO_PARENT)
+        self._dropped_context = trace.set_span_in_context(NonRecordingSpan(shared), NO_PARENT)
         self._base_attributes: dict[tuple[str, int, str | None], dict[str, AttributeValue]] = {}
         self._names: dict[str, str] = {}
 
     def batch_context(self) -> AbstractContextManager[None]:
         """Makes the shared non-recording span current, for the records that get no span of their own."""
-        return _Attached(self._dropped_context)
+        return Attached(self._dropped_context)
 
     def decide(self, records: Sequence[Any]) -> list[TraceDecision]:
         """For each record: its outputs' context when its span is dropped, else what
@@ -180,10 +173,10 @@ class OtelRecordTracer(RecordTracer):
             return self._dropped_child(propagation)
         trace_id = getrandbits(128) or 1
         attributes = self._attributes(raw.topic, raw.partition, self._group)
-        if self._sampled(_NO_PARENT, trace_id, self._name(raw.topic), attributes):
+        if self._sampled(NO_PARENT, trace_id, self._name(raw.topic), attributes):
             return trace_id
         if not self._propagate_unsampled:
-            return _NO_FIELDS
+            return NO_FIELDS
         return b"00-%032x-%016x-00" % (trace_id, getrandbits(64) or 1)
 
     def _dropped_child(self, propagation: list[tuple[str, bytes]]) -> TraceDecision:
@@ -198,7 +191,7 @@ class OtelRecordTracer(RecordTracer):
         if not _is_unsampled_parent(traceparent):
             return None
         if not self._propagate_unsampled:
-            return _NO_FIELDS
+            return NO_FIELDS
         return traceparent if len(propagation) == 1 else propagation
 
     def _new_traces(self, count: int) -> list[TraceDecision]:
@@ -227,7 +220,7 @@ class OtelRecordTracer(RecordTracer):
             framed = b"".join((b"|", lows, b"|")).replace(b"|", b"-" + span_id + b"-00|00-" + high)
             decisions = cast(list[TraceDecision], framed.split(b"|")[1:-1])
         else:
-            decisions = [_NO_FIELDS] * count
+            decisions = [NO_FIELDS] * count
         bound = self._bound_digits
         candidates = lows[::_LOW_STRIDE].translate(self._candidate_digits)  # b"1": the first digit may be
         index = candidates.find(b"1")
@@ -255,7 +248,7 @@ class OtelRecordTracer(RecordTracer):
         sets the status to ERROR. The scope's `fields` are what the record's outputs carry on.
         `decision`, from `decide`: the new trace's id when it already sampled one.
         """
-        parent = extract(headers) if headers else _NO_PARENT
+        parent = extract(headers) if headers else NO_PARENT
         shared = self._attributes(topic, partition, group or self._group)
         attributes: dict[str, AttributeValue] = {MESSAGING_KAFKA_OFFSET: offset}
         if key is not None:
@@ -290,7 +283,7 @@ class OtelRecordTracer(RecordTracer):
         self, name: str, attributes: Mapping[str, AttributeValue] | None = None
     ) -> AbstractContextManager[Span | None]:
         """An INTERNAL span for runtime work (restore, commit, transaction, global-store bootstrap)."""
-        return _ActiveSpan(self._tracer, name, attributes)
+        return ActiveSpan(self._tracer, name, attributes)
 
     def inject(self, headers: HeaderList = ()) -> list[tuple[str, bytes]]:
         """`headers` with the current trace context (traceparent, tracestate, baggage) in place of any they had."""
@@ -318,114 +311,6 @@ class OtelRecordTracer(RecordTracer):
                 base[MESSAGING_CONSUMER_GROUP_NAME] = group
             self._base_attributes[cache_key] = base
         return base
-
-
-class ProcessScope(AbstractContextManager[RecordSpan]):
-    """A record's span, current for the block (with the record's baggage), ended after it."""
-
-    __slots__ = ("_parent", "_propagate_unsampled", "_token", "span")
-
-    def __init__(self, span: RecordSpan, parent: Context, propagate_unsampled: bool = True):
-        self.span = span
-        self._parent = parent
-        self._propagate_unsampled = propagate_unsampled
-        self._token: Token[Context] | None = None
-
-    def __enter__(self) -> RecordSpan:
-        self._token = context_api.attach(trace.set_span_in_context(self.span, self._parent))
-        return self.span
-
-    @property
-    def fields(self) -> Fields:
-        """The headers that carry this span's context (and the record's baggage) on to its outputs;
-        an unsampled context only when it is propagated."""
-        span_context = self.span.context
-        if not span_context.is_valid:
-            return _NO_FIELDS
-        fields: Fields = []
-        if self._propagate_unsampled or span_context.trace_flags.sampled:
-            ids = (span_context.trace_id, span_context.span_id, span_context.trace_flags)
-            fields.append((TRACEPARENT, b"00-%032x-%016x-%02x" % ids))
-            if span_context.trace_state:
-                fields.append(("tracestate", span_context.trace_state.to_header().encode("latin-1")))
-        if self._parent is not _NO_PARENT and baggage.get_all(self._parent):
-            carrier: dict[str, str] = {}
-            BAGGAGE_PROPAGATOR.inject(carrier, self._parent)
-            fields.extend((name, value.encode("latin-1")) for name, value in carrier.items())
-        return fields
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        token, self._token = self._token, None
-        _end(self.span, token, exc)
-
-
-class _ActiveSpan(AbstractContextManager[Span | None]):
-    """An SDK span, child of the current one, current for the block; cheaper than the SDK's generator-based one."""
-
-    __slots__ = ("_attributes", "_name", "_span", "_token", "_tracer")
-
-    def __init__(self, tracer: trace.Tracer, name: str, attributes: Mapping[str, AttributeValue] | None):
-        self._tracer = tracer
-        self._name = name
-        self._attributes = attributes
-        self._span: Span = trace.INVALID_SPAN
-        self._token: Token[Context] | None = None
-
-    def __enter__(self) -> Span:
-        span = self._span = self._tracer.start_span(self._name, None, SpanKind.INTERNAL, self._attributes)
-        self._token = context_api.attach(trace.set_span_in_context(span))
-        return span
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        token, self._token = self._token, None
-        _end(self._span, token, exc)
-
-
-def _end(span: Span, token: Token[Context] | None, exc: BaseException | None) -> None:
-    """Ends a span that was current: an exception escaping its block is recorded and sets the status
-    to ERROR (not cancellation: the task stopping is no error), and the context before it is back."""
-    try:
-        if isinstance(exc, Exception):
-            span.record_exception(exc)
-            span.set_attribute(ERROR_TYPE, qualified_name(type(exc)))
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-    finally:
-        if token is not None:
-            context_api.detach(token)
-        span.end()
-
-
-class _Attached(AbstractContextManager[None]):
-    """`context` is the current one for the block."""
-
-    __slots__ = ("_context", "_token")
-
-    def __init__(self, context: Context):
-        self._context = context
-        self._token: Token[Context] | None = None
-
-    def __enter__(self) -> None:
-        self._token = context_api.attach(self._context)
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if self._token is not None:
-            context_api.detach(self._token)
-            self._token = None
 
 
 def _propagation(headers: HeaderList | None) -> list[tuple[str, bytes]]:

@@ -16,7 +16,7 @@ from runtime.redaction import USERINFO, redact
 from runtime.substitution import UnsetVariable, expand_variables
 from runtime.telemetry.config import TelemetryConfig
 from runtime.yaml_loader import MAX_BYTES, UnsafeYaml, load_yaml
-from stores.serdes import import_object, resolve_serde
+from stores.serdes import UnknownSerde, import_object, resolve_serde
 
 TOPIC_NAME = r"^[a-zA-Z0-9._-]{1,249}$"
 NAME = r"^[a-zA-Z0-9_-]+$"  # processors and stores: they become parts of paths and topic names
@@ -90,6 +90,8 @@ def _describe(error: Exception) -> str:
 def _known_serde(name: str) -> str:
     try:
         resolve_serde(name)
+    except UnknownSerde as error:
+        raise ValueError(str(error)) from None
     except Exception as error:  # a user module may fail in any way: report it at its YAML path
         raise ValueError(f"unknown serde '{name}': {_describe(error)}") from None
     return name

@@ -87,7 +87,8 @@ def _describe(error: Exception) -> str:
     return str(error) if isinstance(error, ImportError) else f"{type(error).__name__}: {error}"
 
 
-def _known_serde(name: str) -> str:
+def known_serde(name: str) -> str:
+    """The name, if it resolves to a serde; else a ValueError saying why not."""
     try:
         resolve_serde(name)
     except UnknownSerde as error:
@@ -113,7 +114,7 @@ class TopicConfig(Strict):
     cleanup_policy: Literal["delete", "compact", "compact,delete"] = "delete"
     config: dict[str, str] = Field(default_factory=dict)
 
-    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: _known_serde(name)))
+    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: known_serde(name)))
 
 
 class SnapshotsConfig(Strict):
@@ -141,7 +142,7 @@ class StoreConfig(Strict):
     value_serde: str = "msgpack"
     snapshots: SnapshotsConfig | None = None
 
-    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: _known_serde(name)))
+    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: known_serde(name)))
 
     @model_validator(mode="after")
     def _snapshots_need_rocksdb_and_changelog(self) -> StoreConfig:
@@ -161,7 +162,7 @@ class GlobalStoreConfig(Strict):
     errors: Literal["skip", "dead_letter"] = "skip"
     snapshots: SnapshotsConfig | None = None
 
-    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: _known_serde(name)))
+    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: known_serde(name)))
     _valid_topic = field_validator("topic")(classmethod(lambda cls, name: _topic_name(name)))
 
     @field_validator("updater")

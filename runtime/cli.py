@@ -83,8 +83,8 @@ def main(argv: list[str]) -> int:
     if args.workers > 1:
         policy = RestartPolicy(max_restarts=args.max_restarts)
         return run_workers(args.workers, args.app, bootstrap, args.until_caught_up, args.log_level, policy)
-    config = for_worker(config, int(os.environ.get(WORKER_INDEX, "0")))
-    return run_worker(config, bootstrap, args.until_caught_up, args.app)
+    index = int(os.environ.get(WORKER_INDEX, "0"))
+    return run_worker(for_worker(config, index), bootstrap, args.until_caught_up, args.app, index)
 
 
 def tune_garbage_collector() -> None:
@@ -95,9 +95,9 @@ def tune_garbage_collector() -> None:
     gc.set_threshold(GC_THRESHOLD, 50, 100)
 
 
-def run_worker(config: AppConfig, bootstrap: str, until_caught_up: bool, app_path: Path) -> int:
+def run_worker(config: AppConfig, bootstrap: str, until_caught_up: bool, app_path: Path, index: int) -> int:
     async def serve() -> None:
-        worker = Worker(config, bootstrap, until_caught_up)
+        worker = Worker(config, bootstrap, until_caught_up, index=index)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, worker.stop)

@@ -53,7 +53,8 @@ class Worker:
 
     `telemetry` defaults to what the app's `telemetry:` section asks for, installed as the process's
     global providers so that processors' own spans are exported too; the worker shuts that one down
-    when it stops (a telemetry passed in is the caller's to shut down).
+    when it stops (a telemetry passed in is the caller's to shut down). `index` is the worker's under
+    `--workers N` (0 to N-1), which labels its metrics.
     """
 
     def __init__(
@@ -62,10 +63,13 @@ class Worker:
         bootstrap_servers: str,
         until_caught_up: bool = False,
         telemetry: Telemetry | None = None,
+        index: int = 0,
     ):
         self.config = config
         self._owns_telemetry = telemetry is None
-        self.telemetry = telemetry or Telemetry(config.telemetry, config.app_id, config.group_id, install_global=True)
+        self.telemetry = telemetry or Telemetry(
+            config.telemetry, config.app_id, config.group_id, worker=index, install_global=True
+        )
         self.counters = Counters()
         self._clients = Clients(config, bootstrap_servers)
         self.global_stores = GlobalStores(config, self._clients, self.counters)

@@ -84,16 +84,31 @@ BUILTIN_SERDES: dict[str, type[Serde]] = {
 }
 
 
+# Serdes of topics whose schemas a schema registry keeps: the engine builds them for a topic, with the
+# app's `schema_registry` (runtime/schema_registry/); a name alone does not make one.
+REGISTRY_SERDES = ("avro", "json_schema")
+
+
 class UnknownSerde(LookupError):
     """A serde name that is neither built in nor an import path: the message lists the valid ones."""
 
     def __init__(self, name: str):
-        close = difflib.get_close_matches(name, BUILTIN_SERDES, n=1)
+        close = difflib.get_close_matches(name, [*BUILTIN_SERDES, *REGISTRY_SERDES], n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
-        builtins = ", ".join(BUILTIN_SERDES)
         super().__init__(
-            f"unknown serde '{name}'{hint}: the built-in serdes are {builtins}; a serde class of your own "
-            "is named by its import path, like 'package.module:SerdeClass'"
+            f"unknown serde '{name}'{hint}: the built-in serdes are {', '.join(BUILTIN_SERDES)}, and for "
+            f"topics with a schema registry {', '.join(REGISTRY_SERDES)}; a serde class of your own is named by "
+            "its import path, like 'package.module:SerdeClass'"
+        )
+
+
+class RegistrySerdeOutsideTopic(LookupError):
+    """A registry serde named where no topic gives it a subject (a store's keys and values)."""
+
+    def __init__(self, name: str):
+        super().__init__(
+            f"serde '{name}' keeps its schemas in a schema registry, under a topic's subject, so it serves "
+            f"topics only: here the serdes are {', '.join(BUILTIN_SERDES)} or a class of your own"
         )
 
 
@@ -121,6 +136,8 @@ def resolve_serde(name: str) -> Serde:
     builtin = BUILTIN_SERDES.get(name)
     if builtin is not None:
         return builtin()
+    if name in REGISTRY_SERDES:
+        raise RegistrySerdeOutsideTopic(name)
     if _import_path_parts(name) is None:
         raise UnknownSerde(name)
     serde = import_object(name)()

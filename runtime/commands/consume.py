@@ -17,6 +17,7 @@ from runtime.commands.json_lines import dumps, jsonable, raw_jsonable
 from runtime.commands.positions import Position, offsets_at, position_type
 from runtime.commands.running import command_parser, run
 from runtime.commands.topic_serdes import TopicSerdes, add_serde_options, topic_serdes
+from runtime.errors import EngineError
 
 POLL_MS = 500
 
@@ -43,6 +44,8 @@ def decoded(data: bytes | None, serde: Serde, raw: bool) -> tuple[Any, str | Non
         return raw_jsonable(data), None
     try:
         return jsonable(serde.deserialize(data)), None
+    except EngineError:  # not this record's fault: a schema registry out of reach
+        raise
     except Exception as error:  # a user's serde may fail in any way: show the bytes and why
         return raw_jsonable(data), f"{type(error).__name__}: {error}"
 

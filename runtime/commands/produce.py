@@ -20,6 +20,7 @@ from runtime.commands.cluster import Cluster, CommandFailed, add_app_option, con
 from runtime.commands.json_lines import from_jsonable, raw_bytes
 from runtime.commands.running import command_parser, run
 from runtime.commands.topic_serdes import TopicSerdes, add_serde_options, topic_serdes
+from runtime.errors import EngineError
 
 FIELDS = ("key", "value", "headers", "timestamp", "partition")
 READ_SIZE = 1 << 16
@@ -75,6 +76,8 @@ def _encoded(field: Any, serde: Serde, raw: bool, what: str) -> bytes | None:
     value = from_jsonable(field)
     try:
         return serde.serialize(value)
+    except EngineError:  # not this line's fault: a schema registry out of reach, or refusing the schema
+        raise
     except Exception as error:  # a user's serde may fail in any way: name the field
         message = f"{type(error).__name__}: {error}"
         raise ValueError(f"the {what} cannot be encoded with the topic's {what} serde: {message}") from None

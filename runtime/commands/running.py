@@ -14,6 +14,7 @@ from runtime.commands.cluster import CommandFailed
 from runtime.config import ConfigError
 from runtime.console import EXIT_CONFIG, EXIT_FAILED, configure_logging, indent, report
 from runtime.devkafka.jars import DevKafkaError
+from runtime.errors import EngineError
 from runtime.kafka.connection import AuthenticationRefused, BrokerUnavailable
 
 
@@ -28,7 +29,7 @@ def run(app: Path | None, body: Callable[[], int]) -> int:
         return 0
     except ConfigError as error:
         return report(f"error in {app}:\n{indent(str(error))}", EXIT_CONFIG)
-    except (CommandFailed, DevKafkaError, BrokerUnavailable, AuthenticationRefused) as error:
+    except (CommandFailed, EngineError, DevKafkaError, BrokerUnavailable, AuthenticationRefused) as error:
         return report(f"error: {error}", EXIT_FAILED)
     except KafkaError as error:
         return report(f"error: Kafka refused: {error}", EXIT_FAILED)

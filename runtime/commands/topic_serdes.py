@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from pathlib import Path
 
 from processors.serdes import Serde
-from runtime.config import AppConfig, known_serde
-from stores.serdes import BytesSerde, resolve_serde
+from runtime.config import AppConfig, known_topic_serde
+from runtime.kafka.topic_serdes import registry_client, serde_for
+from stores.serdes import BytesSerde
 
 UNDECLARED = ("bytes", "bytes")
 
@@ -44,8 +46,17 @@ def declared_serdes(app: AppConfig | None, topic: str) -> tuple[str, str]:
 
 
 def topic_serdes(app: AppConfig | None, topic: str, key_serde: str | None, value_serde: str | None) -> TopicSerdes:
+    """Avro and JSON Schema topics use the app's schema registry and the topic's schema files."""
     key, value = declared_serdes(app, topic)
-    return TopicSerdes(resolve_serde(key_serde or key), resolve_serde(value_serde or value))
+    declared = app.topics.get(topic) if app is not None else None
+    schemas: tuple[Path | None, Path | None] = (None, None) if declared is None else (
+        declared.key_schema, declared.value_schema
+    )  # fmt: skip
+    registry = registry_client(app)
+    return TopicSerdes(
+        serde_for(key_serde or key, topic, "key", schemas[0], registry),
+        serde_for(value_serde or value, topic, "value", schemas[1], registry),
+    )
 
 
 def add_serde_options(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +71,6 @@ def add_serde_options(parser: argparse.ArgumentParser) -> None:
 
 def _serde_name(name: str) -> str:
     try:
-        return known_serde(name)
+        return known_topic_serde(name)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None

@@ -26,6 +26,7 @@ from runtime.guarantees.transactions import ExactlyOnce
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import Limits
+from runtime.kafka.topic_serdes import topic_serdes
 from runtime.kafka.topics import describe_limits, ensure_topics
 from runtime.state.restore import ChangelogRestorer
 from runtime.task.failures import FailureHandler, Stage
@@ -39,7 +40,6 @@ from runtime.worker.levels import register_levels
 from runtime.worker.outcome import Outcome
 from runtime.worker.poll_loop import poll
 from stores import StoreError
-from stores.serdes import resolve_serde
 
 log = logging.getLogger(__name__)
 
@@ -240,10 +240,7 @@ class Worker:
         )  # fmt: skip
 
     def _serdes(self) -> dict[str, tuple[Any, Any]]:
-        return {
-            name: (resolve_serde(topic.key_serde), resolve_serde(topic.value_serde))
-            for name, topic in self.config.topics.items()
-        }
+        return topic_serdes(self.config)
 
     async def _end_offsets(
         self, consumer: AIOKafkaConsumer, partition_counts: dict[str, int]

@@ -104,3 +104,11 @@ class Hoard(Processor):
     def process(self, record: Record, ctx: Context) -> None:
         self.hoard.put(record.offset, random.Random(record.offset).randbytes(self.size))
         ctx.send(self.output, record.value, key=record.key)
+
+
+class Taxed(Processor):
+    """Sends each payment on to `params.output` with its tax (a tenth of its amount) added."""
+
+    def process(self, record: Record, ctx: Context) -> None:
+        payment = record.value
+        ctx.send(str(ctx.params["output"]), {**payment, "tax": payment["amount"] // 10}, key=record.key)

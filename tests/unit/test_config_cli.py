@@ -127,7 +127,7 @@ CASES = [
         "unknown serde",
         set_topic("orders", value_serde="yaml"),
         expected=(
-            r"topics\.orders\.value_serde: unknown serde 'yaml': the built-in serdes are bytes, str, json, msgpack;",
+            r"topics\.orders\.value_serde: unknown serde 'yaml': the built-in serdes are bytes, str, json, msgpack,",
         ),
     ),
     Case(

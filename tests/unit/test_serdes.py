@@ -266,14 +266,21 @@ def test_bad_import_path(path: str, message: str) -> None:
 
 @pytest.mark.parametrize(
     ("name", "hint"),
-    [("json:", " (did you mean 'json'?)"), ("Msgpack", " (did you mean 'msgpack'?)"), ("yaml", ""), (":Serde", "")],
+    [
+        ("json:", " (did you mean 'json'?)"),
+        ("Msgpack", " (did you mean 'msgpack'?)"),
+        ("avr", " (did you mean 'avro'?)"),
+        ("yaml", ""),
+        (":Serde", ""),
+    ],
 )
 def test_a_name_neither_built_in_nor_an_import_path_lists_the_built_in_serdes(name: str, hint: str) -> None:
     with pytest.raises(UnknownSerde) as raised:
         resolve_serde(name)
     assert str(raised.value) == (
-        f"unknown serde '{name}'{hint}: the built-in serdes are bytes, str, json, msgpack; "
-        "a serde class of your own is named by its import path, like 'package.module:SerdeClass'"
+        f"unknown serde '{name}'{hint}: the built-in serdes are bytes, str, json, msgpack, and for topics "
+        "with a schema registry avro, json_schema; a serde class of your own is named by its import path, "
+        "like 'package.module:SerdeClass'"
     )
     with pytest.raises(ImportError, match=r"is not an import path like 'package\.module:Name'"):
         import_object(name)
@@ -289,7 +296,7 @@ def test_class_without_both_methods() -> None:
     [
         ("no_such_module_xyz:Serde", r"unknown serde 'no_such_module_xyz:Serde': No module named"),
         (f"{THIS_MODULE}:NoSuchSerde", r"unknown serde '.*:NoSuchSerde': module '.*' has no attribute 'NoSuchSerde'"),
-        ("jsn", r"unknown serde 'jsn' \(did you mean 'json'\?\): the built-in serdes are bytes, str, json, msgpack;"),
+        ("jsn", r"unknown serde 'jsn' \(did you mean 'json'\?\): the built-in serdes are bytes, str, json, msgpack,"),
         (f"{THIS_MODULE}:HalfASerde", r"unknown serde '.*:HalfASerde': .* has no serialize\(obj\) and deserialize"),
         (f"{THIS_MODULE}:NeedsArguments", r"unknown serde '.*:NeedsArguments': .*charset"),
         (f"{THIS_MODULE}:NOT_A_CLASS", r"unknown serde '.*:NOT_A_CLASS': .*not callable"),

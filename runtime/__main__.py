@@ -1,4 +1,4 @@
-"""Entry point: `python -m runtime app.yaml` or `python -m runtime dev-kafka start|stop|status`."""
+"""Entry point: `python -m runtime app.yaml`, or `python -m runtime <command> ...` (`--help` lists them)."""
 
 import sys
 

@@ -1,4 +1,4 @@
-"""Command line: run an app from its YAML, or manage the local development broker."""
+"""Command line: run an app from its YAML, or one of the commands of `runtime/commands/`."""
 
 from __future__ import annotations
 
@@ -12,12 +12,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from runtime import redaction
+from runtime.commands import COMMANDS, run_command, summary
 from runtime.config import AppConfig, ConfigError, load_app
-from runtime.devkafka import cli as devkafka_cli
+from runtime.console import EXIT_CONFIG, EXIT_FAILED, configure_logging, indent, report
 from runtime.devkafka.jars import DevKafkaError
 from runtime.kafka.connection import AuthenticationRefused, BrokerUnavailable, check_clients, resolve_bootstrap
-from runtime.redaction import redact
 from runtime.telemetry import TelemetryError
 from runtime.worker.restarts import RestartPolicy
 from runtime.worker.supervisor import WORKER_INDEX, for_worker, run_workers
@@ -25,16 +24,16 @@ from runtime.worker.worker import Worker, WorkerFailed
 
 log = logging.getLogger("runtime")
 
-EXIT_CONFIG = 2
-EXIT_FAILED = 1
 GC_THRESHOLD = 20_000
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m runtime",
-        description="Run a stream-processing app described in YAML "
-        "(or `python -m runtime dev-kafka start|stop|status` for a local broker).",
+        usage="%(prog)s app.yaml [options] | %(prog)s <command> ...",
+        description="Run a stream-processing app described in YAML, or one of the commands below.",
+        epilog=summary(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("app", type=Path, help="the app's YAML file")
     parser.add_argument("--workers", type=_at_least(1), default=1, help="worker processes in the consumer group")
@@ -67,8 +66,8 @@ def _at_least(minimum: int) -> Callable[[str], int]:
 
 
 def main(argv: list[str]) -> int:
-    if argv and argv[0] == "dev-kafka":
-        return devkafka_cli.main(argv[1:])
+    if argv and argv[0] in COMMANDS:
+        return run_command(argv[0], argv[1:])
     args = _parser().parse_args(argv)
     configure_logging(args.log_level)
     sys.path.insert(0, os.getcwd())
@@ -76,27 +75,16 @@ def main(argv: list[str]) -> int:
         config = load_app(args.app)
         check_clients(config)
     except ConfigError as error:
-        return _report(f"error in {args.app}:\n{_indent(str(error))}", EXIT_CONFIG)
+        return report(f"error in {args.app}:\n{indent(str(error))}", EXIT_CONFIG)
     try:
-        bootstrap = resolve_bootstrap(config)
+        bootstrap = resolve_bootstrap(config.kafka)
     except DevKafkaError as error:
-        return _report(f"error: {error}", EXIT_FAILED)
+        return report(f"error: {error}", EXIT_FAILED)
     if args.workers > 1:
         policy = RestartPolicy(max_restarts=args.max_restarts)
         return run_workers(args.workers, args.app, bootstrap, args.until_caught_up, args.log_level, policy)
-    config = for_worker(config, int(os.environ.get(WORKER_INDEX, "0")))
-    return run_worker(config, bootstrap, args.until_caught_up, args.app)
-
-
-def configure_logging(level: str) -> None:
-    """To stderr, with every record redacted: aiokafka's own messages may echo the bootstrap servers."""
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s",
-        stream=sys.stderr,
-    )
-    redaction.install(logging.getLogger().handlers)
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    index = int(os.environ.get(WORKER_INDEX, "0"))
+    return run_worker(for_worker(config, index), bootstrap, args.until_caught_up, args.app, index)
 
 
 def tune_garbage_collector() -> None:
@@ -107,9 +95,9 @@ def tune_garbage_collector() -> None:
     gc.set_threshold(GC_THRESHOLD, 50, 100)
 
 
-def run_worker(config: AppConfig, bootstrap: str, until_caught_up: bool, app_path: Path) -> int:
+def run_worker(config: AppConfig, bootstrap: str, until_caught_up: bool, app_path: Path, index: int) -> int:
     async def serve() -> None:
-        worker = Worker(config, bootstrap, until_caught_up)
+        worker = Worker(config, bootstrap, until_caught_up, index=index)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, worker.stop)
@@ -119,19 +107,9 @@ def run_worker(config: AppConfig, bootstrap: str, until_caught_up: bool, app_pat
     try:
         asyncio.run(serve())
     except ConfigError as error:
-        return _report(f"error in {app_path}:\n{_indent(str(error))}", EXIT_CONFIG)
+        return report(f"error in {app_path}:\n{indent(str(error))}", EXIT_CONFIG)
     except TelemetryError as error:
-        return _report(f"error in {app_path}:\n{_indent(f'telemetry: {error}')}", EXIT_CONFIG)
+        return report(f"error in {app_path}:\n{indent(f'telemetry: {error}')}", EXIT_CONFIG)
     except (WorkerFailed, BrokerUnavailable, AuthenticationRefused) as error:
-        return _report(f"error: {error}", EXIT_FAILED)
+        return report(f"error: {error}", EXIT_FAILED)
     return 0
-
-
-def _report(message: str, exit_code: int) -> int:
-    """Every error the command prints goes through the same redaction as the log."""
-    print(redact(message), file=sys.stderr)
-    return exit_code
-
-
-def _indent(text: str) -> str:
-    return "\n".join(f"  {line}" for line in text.splitlines())

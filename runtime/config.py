@@ -7,20 +7,30 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from processors.global_updater import GlobalStoreUpdater
 from processors.processor import Processor
 from runtime.kafka.options import INT32_MAX, option_problems
 from runtime.processor_params import checked_params, with_stores_params_need
 from runtime.redaction import USERINFO, redact
+from runtime.schema_registry.config import SchemaRegistryConfig
+from runtime.schema_registry.topic_checks import check_registry_topics, check_schema_file
 from runtime.store_kinds import retention_fits_kind
 from runtime.substitution import UnsetVariable, expand_variables
 from runtime.telemetry.config import TelemetryConfig
 from runtime.timestamp_config import TimestampConfig
 from runtime.yaml_loader import MAX_BYTES, UnsafeYaml, load_yaml
 from stores.layout import StoreKind
-from stores.serdes import import_object, resolve_serde
+from stores.serdes import REGISTRY_SERDES, RegistrySerdeOutsideTopic, UnknownSerde, import_object, resolve_serde
 
 TOPIC_NAME = r"^[a-zA-Z0-9._-]{1,249}$"
 NAME = r"^[a-zA-Z0-9_-]+$"  # processors and stores: they become parts of paths and topic names
@@ -91,12 +101,20 @@ def _describe(error: Exception) -> str:
     return str(error) if isinstance(error, ImportError) else f"{type(error).__name__}: {error}"
 
 
-def _known_serde(name: str) -> str:
+def known_serde(name: str) -> str:
+    """The name, if it resolves to a serde; else a ValueError saying why not."""
     try:
         resolve_serde(name)
+    except (UnknownSerde, RegistrySerdeOutsideTopic) as error:
+        raise ValueError(str(error)) from None
     except Exception as error:  # a user module may fail in any way: report it at its YAML path
         raise ValueError(f"unknown serde '{name}': {_describe(error)}") from None
     return name
+
+
+def known_topic_serde(name: str) -> str:
+    """A topic's serde may also keep its schemas in the schema registry (avro, json_schema)."""
+    return name if name in REGISTRY_SERDES else known_serde(name)
 
 
 def _derived_topic(path: str, what: str, name: str) -> None:
@@ -112,11 +130,23 @@ class TopicConfig(Strict):
     replication_factor: int = Field(default=1, ge=1, le=MAX_REPLICATION_FACTOR)
     key_serde: str = "msgpack"
     value_serde: str = "msgpack"
+    # With a registry serde: the schema the app writes with and reads into (an Avro .avsc, a JSON
+    # Schema); without one, it writes with the subject's latest schema and reads with each record's.
+    key_schema: Path | None = None
+    value_schema: Path | None = None
     cleanup_policy: Literal["delete", "compact", "compact,delete"] = "delete"
     config: dict[str, str] = Field(default_factory=dict)
     timestamp: TimestampConfig | None = None  # None: the Kafka record's timestamp
 
-    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: _known_serde(name)))
+    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: known_topic_serde(name)))
+
+    @field_validator("key_schema", "value_schema")
+    @classmethod
+    def _schema_fits_its_serde(cls, schema: Path | None, info: ValidationInfo) -> Path | None:
+        serde = info.data.get(str(info.field_name).replace("_schema", "_serde"))
+        if schema is not None and serde is not None:
+            check_schema_file(serde, schema)
+        return schema
 
 
 class SnapshotsConfig(Strict):
@@ -147,7 +177,7 @@ class StoreConfig(Strict):
     retention_ms: int | None = Field(default=None, gt=0, validate_default=True)
     snapshots: SnapshotsConfig | None = None
 
-    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: _known_serde(name)))
+    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: known_serde(name)))
     _retention_fits_kind = field_validator("retention_ms")(
         classmethod(lambda cls, retention_ms, info: retention_fits_kind(retention_ms, info))
     )
@@ -170,7 +200,7 @@ class GlobalStoreConfig(Strict):
     errors: Literal["skip", "dead_letter"] = "skip"
     snapshots: SnapshotsConfig | None = None
 
-    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: _known_serde(name)))
+    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: known_serde(name)))
     _valid_topic = field_validator("topic")(classmethod(lambda cls, name: _topic_name(name)))
 
     @field_validator("updater")
@@ -271,6 +301,7 @@ class AppConfig(Strict):
     state_dir: Path = Path("state")
     snapshots: SnapshotsConfig | None = None
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    schema_registry: SchemaRegistryConfig | None = None
 
     @field_validator("app_id")
     @classmethod
@@ -328,6 +359,7 @@ class AppConfig(Strict):
                 store_owners[store] = processor.name
                 if spec.changelog:
                     _derived_topic(f"processors[{index}].stores.{store}", "changelog", self.changelog_topic(store))
+        check_registry_topics(self.topics, self.schema_registry)
         for name in self.global_stores:
             if not re.match(NAME, name):
                 raise ValueError(f"global_stores.{name}: the name may only use letters, digits, '_' and '-'")

@@ -25,5 +25,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q -e ".[dev,spark]"
     touch "$stamp"
 fi
-# Resolve Kafka's jars now (from Maven Central, cached outside the repository).
+# Resolve Kafka's jars now (from Maven Central, cached outside the repository), and build the schema
+# registry the tests start (Apicurio Registry, from Maven Central too).
 .venv/bin/python -c "from runtime.devkafka.jars import resolve_jars; resolve_jars()"
+.venv/bin/python -c "from tests.support.schema_registry import registry_app; registry_app()"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import json
@@ -94,11 +95,46 @@ BUILTIN_SERDES: dict[str, type[Serde]] = {
 }
 
 
+# Serdes of topics whose schemas a schema registry keeps: the engine builds them for a topic, with the
+# app's `schema_registry` (runtime/schema_registry/); a name alone does not make one.
+REGISTRY_SERDES = ("avro", "json_schema")
+
+
+class UnknownSerde(LookupError):
+    """A serde name that is neither built in nor an import path: the message lists the valid ones."""
+
+    def __init__(self, name: str):
+        close = difflib.get_close_matches(name, [*BUILTIN_SERDES, *REGISTRY_SERDES], n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        super().__init__(
+            f"unknown serde '{name}'{hint}: the built-in serdes are {', '.join(BUILTIN_SERDES)}, and for "
+            f"topics with a schema registry {', '.join(REGISTRY_SERDES)}; a serde class of your own is named by "
+            "its import path, like 'package.module:SerdeClass'"
+        )
+
+
+class RegistrySerdeOutsideTopic(LookupError):
+    """A registry serde named where no topic gives it a subject (a store's keys and values)."""
+
+    def __init__(self, name: str):
+        super().__init__(
+            f"serde '{name}' keeps its schemas in a schema registry, under a topic's subject, so it serves "
+            f"topics only: here the serdes are {', '.join(BUILTIN_SERDES)} or a class of your own"
+        )
+
+
+def _import_path_parts(path: str) -> tuple[str, str] | None:
+    """(module, attribute) of `package.module:Name` or `package.module.Name`; None for anything else."""
+    module_name, _, attribute = path.partition(":") if ":" in path else path.rpartition(".")
+    return (module_name, attribute) if module_name and attribute else None
+
+
 def import_object(path: str) -> Any:
     """Import `package.module:Name` (or `package.module.Name`)."""
-    module_name, _, attribute = path.partition(":") if ":" in path else path.rpartition(".")
-    if not module_name or not attribute:
+    parts = _import_path_parts(path)
+    if parts is None:
         raise ImportError(f"'{path}' is not an import path like 'package.module:Name'")
+    module_name, attribute = parts
     module = importlib.import_module(module_name)
     try:
         return getattr(module, attribute)
@@ -111,6 +147,10 @@ def resolve_serde(name: str) -> Serde:
     builtin = BUILTIN_SERDES.get(name)
     if builtin is not None:
         return builtin()
+    if name in REGISTRY_SERDES:
+        raise RegistrySerdeOutsideTopic(name)
+    if _import_path_parts(name) is None:
+        raise UnknownSerde(name)
     serde = import_object(name)()
     if not isinstance(serde, Serde):
         raise TypeError(f"'{name}' has no serialize(obj) and deserialize(data) methods")

@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.errors import KafkaError
 
 from runtime.devkafka.jars import DevKafkaError, classpath, require_tool
+
+# The group and transactional id whose coordinators are looked up to tell that the broker is ready.
+READINESS_KEY = "dev-kafka-readiness"
 
 # Single-node settings; the log cleaner is tuned so compaction is observable within a test.
 SINGLE_NODE_SETTINGS = {
@@ -58,19 +61,26 @@ def port_is_free(port: int) -> bool:
 
 
 async def _cluster_ready(bootstrap_servers: str) -> bool:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=2000)
+    client = AIOKafkaClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=2000)
     try:
-        await admin.start()
-        cluster = await admin.describe_cluster()
-        return bool(cluster.get("brokers"))
+        await client.bootstrap()
+        if not client.cluster.brokers():
+            return False
+        for coordination in CoordinationType:
+            await client.coordinator_lookup(coordination, READINESS_KEY)
+        return True
     except (KafkaError, OSError):
         return False
     finally:
-        await admin.close()
+        await client.close()
 
 
 def cluster_ready(bootstrap_servers: str) -> bool:
-    """True when a broker answers a DescribeCluster request and lists itself."""
+    """True when a broker answers, lists itself, and coordinates groups and transactions.
+
+    The first lookup of a coordinator creates its internal topic (`__consumer_offsets`,
+    `__transaction_state`); asked here, an app's first run does not meet them half-created and log
+    `GroupCoordinatorNotAvailableError` and dead coordinators."""
     client_log = logging.getLogger("aiokafka")
     level = client_log.level
     client_log.setLevel(logging.CRITICAL)  # refused connections are expected while it boots

@@ -22,7 +22,7 @@ from aiokafka.errors import (
     UnsupportedSaslMechanismError,
 )
 
-from runtime.config import AppConfig, ConfigError, Guarantee
+from runtime.config import AppConfig, ConfigError, Guarantee, KafkaConfig
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +77,10 @@ def _refusals_logged() -> Iterator[list[KafkaError]]:
         client_log.removeHandler(handler)
 
 
-def resolve_bootstrap(config: AppConfig) -> str:
+def resolve_bootstrap(kafka: KafkaConfig) -> str:
     """The YAML's servers, else KAFKA_BOOTSTRAP_SERVERS, else the local development broker."""
-    if config.kafka.bootstrap_servers:
-        return config.kafka.bootstrap_servers
+    if kafka.bootstrap_servers:
+        return kafka.bootstrap_servers
     from_env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if from_env:
         return from_env

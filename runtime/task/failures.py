@@ -14,7 +14,7 @@ from typing import Any
 
 from runtime.config import ErrorPolicy
 from runtime.counters import Counters
-from runtime.errors import StopAfterCommit, StopWithoutCommit
+from runtime.errors import EngineError, StopAfterCommit, StopWithoutCommit
 from runtime.kafka.outputs import Output, Outputs
 from runtime.kafka.record_limits import (
     DEFAULT_MAX_REQUEST_SIZE,
@@ -70,6 +70,8 @@ class FailureHandler:
         return self._policies[stage] is ErrorPolicy.FAIL
 
     def handle(self, stage: Stage, processor: str, raw: Any, error: BaseException, outputs: Outputs) -> None:
+        if isinstance(error, EngineError):  # not the record's fault (a schema registry out of reach): no policy
+            raise error
         where = f"{raw.topic}[{raw.partition}]@{raw.offset}"
         policy = self._policies[stage]
         if policy is ErrorPolicy.FAIL:

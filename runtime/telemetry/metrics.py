@@ -34,6 +34,9 @@ Unregister = Callable[[], None]
 PROCESSOR: Final = "kafka_actor.processor"
 COUNTER: Final = "kafka_actor.counter"
 TASK: Final = "kafka_actor.task"
+# On every series: which app and which of its worker processes (0 to N-1 under --workers N) it comes from.
+APP_ID: Final = "kafka_actor.app_id"
+WORKER: Final = "kafka_actor.worker"
 PREFIX: Final = "kafka_actor."
 
 # Counters field -> (metric name, unit, description). Names follow OpenTelemetry's dotted style;
@@ -76,14 +79,16 @@ class _Source(Generic[T]):
 
 
 class _Sources(Generic[T]):
-    """Registered callbacks of one kind; a failing callback is logged and its values left out."""
+    """Registered callbacks of one kind, each with the attributes every series has and its own; a
+    failing callback is logged and its values left out."""
 
-    def __init__(self, what: str):
+    def __init__(self, what: str, common: Attributes):
         self._what = what
+        self._common = common
         self._sources: list[_Source[T]] = []
 
     def add(self, callback: Callable[[], T], attributes: Attributes | None) -> Unregister:
-        source = _Source(callback, dict(attributes or {}))
+        source = _Source(callback, {**self._common, **(attributes or {})})
         self._sources.append(source)
         return lambda: self._sources.remove(source) if source in self._sources else None
 
@@ -98,22 +103,26 @@ class _Sources(Generic[T]):
 
 
 class RuntimeMetrics:
-    """The runtime's instruments. Built on a no-op meter when metrics are off (`enabled` is then False)."""
+    """The runtime's instruments. Built on a no-op meter when metrics are off (`enabled` is then False).
+    `common` are the attributes of every series (the app id and the worker index)."""
 
-    def __init__(self, meter: Meter | None, group: str | None = None):
+    def __init__(self, meter: Meter | None, group: str | None = None, common: Attributes | None = None):
         self.enabled = meter is not None
         self._meter = meter if meter is not None else NoOpMeter(INSTRUMENTATION_NAME)
         self._group = group
-        self._counters: _Sources[Counters] = _Sources("counters")
-        self._lag: _Sources[PartitionValues] = _Sources("consumer lag")
-        self._queues: _Sources[Mapping[str, int]] = _Sources("queue depth")
-        self._paused: _Sources[int] = _Sources("paused partitions")
-        self._restore: _Sources[Mapping[tuple[str, int], tuple[int, int]]] = _Sources("restore progress")
-        self._global: _Sources[Mapping[tuple[str, int], tuple[int, int]]] = _Sources("global-store offsets")
+        self._common: Attributes = dict(common or {})
+        self._counters: _Sources[Counters] = _Sources("counters", self._common)
+        self._lag: _Sources[PartitionValues] = _Sources("consumer lag", self._common)
+        self._queues: _Sources[Mapping[str, int]] = _Sources("queue depth", self._common)
+        self._paused: _Sources[int] = _Sources("paused partitions", self._common)
+        self._restore: _Sources[Mapping[tuple[str, int], tuple[int, int]]] = _Sources("restore progress", self._common)
+        self._global: _Sources[Mapping[tuple[str, int], tuple[int, int]]] = _Sources(
+            "global-store offsets", self._common
+        )
         self._processor_attributes: dict[str, Attributes] = {}
         self._commit_attributes = {
-            True: {"kafka_actor.transactional": True},
-            False: {"kafka_actor.transactional": False},
+            transactional: {**self._common, "kafka_actor.transactional": transactional}
+            for transactional in (True, False)
         }
 
         meter = self._meter
@@ -205,7 +214,7 @@ class RuntimeMetrics:
     def record_processing(self, milliseconds: float, processor: str) -> None:
         attributes = self._processor_attributes.get(processor)
         if attributes is None:
-            attributes = self._processor_attributes[processor] = {PROCESSOR: processor}
+            attributes = self._processor_attributes[processor] = {**self._common, PROCESSOR: processor}
         self._processing.record(milliseconds, attributes)
 
     def record_commit(self, milliseconds: float, transactional: bool = False) -> None:

@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from runtime.telemetry.config import MetricsConfig, OtlpProtocol, TelemetryConfig, TracesConfig
-from runtime.telemetry.metrics import RuntimeMetrics
+from runtime.telemetry.metrics import APP_ID, WORKER, RuntimeMetrics
 from runtime.telemetry.record_span import RecordSpan, RecordSpanSink
 from runtime.telemetry.record_span_export import RecordSpanExport, exporting_now
 from runtime.telemetry.tracing import INSTRUMENTATION_NAME, OtelRecordTracer, RecordTracer
@@ -55,6 +55,7 @@ class Telemetry:
     switch the signal on by themselves: tests pass in-memory ones. An injected span exporter gets
     spans as they end, record spans included; a configured one gets them in batches, record spans
     through a `RecordSpanExport`, the runtime's and the processors' own through a `BatchSpanProcessor`.
+    Every metric series is labelled with the app id and `worker`, the process's index under `--workers N`.
     """
 
     def __init__(
@@ -63,6 +64,7 @@ class Telemetry:
         app_id: str,
         group: str | None = None,
         *,
+        worker: int = 0,
         span_exporter: SpanExporter | None = None,
         metric_reader: MetricReader | None = None,
         install_global: bool = False,
@@ -108,7 +110,7 @@ class Telemetry:
                 readers.append(configured)
             self.meter_provider = MeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False)
             meter = self.meter_provider.get_meter(INSTRUMENTATION_NAME)
-        self.metrics = RuntimeMetrics(meter, self.group)
+        self.metrics = RuntimeMetrics(meter, self.group, {APP_ID: app_id, WORKER: worker})
 
         if install_global:
             if self.tracer_provider is not None:
@@ -240,7 +242,8 @@ def _prometheus(config: MetricsConfig) -> tuple[MetricReader, Callable[[], None]
     registry = client.CollectorRegistry()
     for collector in (client.ProcessCollector, client.PlatformCollector, client.GCCollector):
         collector(registry=registry)
-    reader: MetricReader = PrometheusMetricReader(registry=registry)
+    # Without the instrumentation scope's three otel_scope_* labels: every series of the runtime has the same.
+    reader: MetricReader = PrometheusMetricReader(registry=registry, scope_info_enabled=False)
     try:
         started = client.start_http_server(config.port, addr=config.host, registry=registry)
     except OSError as error:

@@ -26,6 +26,7 @@ from runtime.guarantees.transactions import ExactlyOnce
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import Limits
+from runtime.kafka.topic_serdes import topic_serdes
 from runtime.kafka.topics import describe_limits, ensure_topics
 from runtime.state.restore import ChangelogRestorer
 from runtime.task.event_time import TimestampOf, timestamp_reader
@@ -41,7 +42,6 @@ from runtime.worker.outcome import Outcome
 from runtime.worker.poll_loop import poll
 from runtime.worker.unfetched import Unfetched
 from stores import StoreError
-from stores.serdes import resolve_serde
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,8 @@ class Worker:
 
     `telemetry` defaults to what the app's `telemetry:` section asks for, installed as the process's
     global providers so that processors' own spans are exported too; the worker shuts that one down
-    when it stops (a telemetry passed in is the caller's to shut down).
+    when it stops (a telemetry passed in is the caller's to shut down). `index` is the worker's under
+    `--workers N` (0 to N-1), which labels its metrics.
     """
 
     def __init__(
@@ -64,10 +65,13 @@ class Worker:
         bootstrap_servers: str,
         until_caught_up: bool = False,
         telemetry: Telemetry | None = None,
+        index: int = 0,
     ):
         self.config = config
         self._owns_telemetry = telemetry is None
-        self.telemetry = telemetry or Telemetry(config.telemetry, config.app_id, config.group_id, install_global=True)
+        self.telemetry = telemetry or Telemetry(
+            config.telemetry, config.app_id, config.group_id, worker=index, install_global=True
+        )
         self.counters = Counters()
         self._clients = Clients(config, bootstrap_servers)
         self.global_stores = GlobalStores(config, self._clients, self.counters)
@@ -241,10 +245,7 @@ class Worker:
         )  # fmt: skip
 
     def _serdes(self) -> dict[str, tuple[Any, Any]]:
-        return {
-            name: (resolve_serde(topic.key_serde), resolve_serde(topic.value_serde))
-            for name, topic in self.config.topics.items()
-        }
+        return topic_serdes(self.config)
 
     def _timestamps(self) -> dict[str, TimestampOf]:
         """How the event time of each topic that has a `timestamp` setting is read."""

@@ -10,6 +10,7 @@ import pytest
 
 from runtime.devkafka import LocalBroker
 from tests.support.running import SPAWNED
+from tests.support.schema_registry import LocalRegistry
 
 
 @pytest.fixture(autouse=True)
@@ -31,3 +32,14 @@ def private_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBr
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The Confluent-compatible API of a real Apicurio Registry started for this test session."""
+    registry = LocalRegistry(log_file=tmp_path_factory.mktemp("registry") / "registry.log")
+    registry.start()
+    try:
+        yield registry.url
+    finally:
+        registry.stop()

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import re
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from runtime.devkafka import LocalBroker
 from tests.conftest import TopicNamer
-from tests.support.kafka_helpers import create_topic, read_topic
+from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.running import numbered, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
 
@@ -80,6 +84,36 @@ async def test_compaction_is_observable(kafka_bootstrap: str, topic_name: TopicN
     finally:
         await producer.stop()
     assert values[-1] == (b"same-key", b"last")
+
+
+async def test_a_first_run_on_a_new_broker_is_quiet(private_broker: LocalBroker, tmp_path: Path) -> None:
+    """The app is the broker's first group member, transactional producer and changelog writer, and
+    neither its output nor the broker's log has a warning (replicas, coordinators, leaders)."""
+    bootstrap = private_broker.bootstrap_servers
+    await create_topic(bootstrap, "in", 3)
+    await produce(bootstrap, "in", numbered(3000))
+    app = write_app(tmp_path, {
+        "app_id": "first-run",
+        "kafka": {"bootstrap_servers": bootstrap},
+        "guarantee": "exactly_once",
+        "state_dir": str(tmp_path / "state"),
+        "topics": {"in": {"partitions": 3, "key_serde": "str"}, "out": {"partitions": 3, "key_serde": "str"}},
+        "processors": [{"name": "count", "class": "tests.support.apps:CountPerKey", "inputs": ["in"],
+                        "outputs": ["out"], "params": {"output": "out"}, "stores": {"counts": {"key_serde": "str"}}}],
+    })  # fmt: skip
+    output = tmp_path / "app.log"
+    worker = spawn_worker(app, "--until-caught-up", log=output)
+    assert await asyncio.to_thread(worker.wait, 120) == 0, output.read_text()
+
+    assert len({record.key for record in await read_topic(bootstrap, "first-run-counts-changelog")}) == 97
+    app_warnings = [line for line in output.read_text().splitlines() if re.search(r" (WARNING|ERROR) ", line)]
+    assert app_warnings == []
+    broker_warnings = [
+        line
+        for line in private_broker.log_file.read_text().splitlines()
+        if re.search(r"\] (WARN|ERROR) ", line) and "Performing controller activation" not in line
+    ]
+    assert broker_warnings == []
 
 
 def _topic_resource(topic: str) -> object:

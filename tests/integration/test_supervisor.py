@@ -9,6 +9,7 @@ import re
 import signal
 import socket
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from subprocess import Popen
@@ -134,3 +135,32 @@ async def test_sigterm_after_a_worker_was_killed_exits_non_zero_naming_the_signa
     assert re.search(rf"worker \d \(pid {victim}\) was killed by SIGKILL", text), text
     assert len(re.findall(r"worker \d started", text)) == 2, "a stopping group restarts no worker"
     assert re.search(rf"worker \d \(pid {survivor}\) exited with status 0", text), "the survivor stopped cleanly"
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
+
+
+async def test_each_workers_metric_series_carry_the_app_id_and_its_index(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    source, sink = topic_name("in"), topic_name("out")
+    await create_topic(kafka_bootstrap, source, 2)
+    await produce(kafka_bootstrap, source, numbered(100))
+    port = free_port_pair()
+    app = echo_app(topic_name("app"), source, sink, 2)
+    app["kafka"] = {"bootstrap_servers": kafka_bootstrap}
+    app["telemetry"] = {"metrics": {"exporter": "prometheus", "host": "127.0.0.1", "port": port}}
+    log = tmp_path / "workers.log"
+    supervisor = spawn_worker(write_app(tmp_path, app), "--workers", "2", log=log)
+    await wait_until_both_assigned(log, supervisor)
+    for index in (0, 1):
+        text = await asyncio.to_thread(scrape, f"http://127.0.0.1:{port + index}/metrics")
+        series = [line for line in text.splitlines() if line.startswith("kafka_actor_")]
+        assert any(line.startswith("kafka_actor_records_consumed_total{") for line in series), text
+        labels = f'kafka_actor_app_id="{app["app_id"]}"', f'kafka_actor_worker="{index}"'
+        assert all(all(label in line for label in labels) for line in series), series
+        assert "otel_scope" not in text
+    supervisor.send_signal(signal.SIGTERM)
+    assert await wait_exit(supervisor, 60) == 0, log.read_text()

@@ -184,6 +184,11 @@ def point_values(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str,
     return values
 
 
+def every_series(app_id: str) -> dict[str, Any]:
+    """The attributes of every metric series of a worker, the only one (index 0) of its app."""
+    return {"kafka_actor.app_id": app_id, "kafka_actor.worker": 0}
+
+
 def single(values: dict[str, list[tuple[dict[str, Any], Any]]], name: str) -> Any:
     points = values.get(name, [])
     assert len(points) <= 1, points
@@ -253,7 +258,7 @@ async def test_metrics_follow_the_records_lag_and_a_paused_partition(
     assert 1 in paused and paused[-1] == 0, paused
     assert consumed >= total and produced >= total
     assert durations.count == total and durations.sum >= total * 20 * 0.9  # each sleeps 20 ms
-    assert depth == [({"kafka_actor.task": "echo[0]"}, 0)]
+    assert depth == [({**every_series(config.app_id), "kafka_actor.task": "echo[0]"}, 0)]
 
 
 async def test_restores_and_transactions_have_spans_and_metrics(
@@ -297,10 +302,12 @@ async def test_restores_and_transactions_have_spans_and_metrics(
     values = point_values(reader)
     assert values["kafka_actor.restore.records.done"] == [
         ({"messaging.system": "kafka", "messaging.destination.name": changelog,
-          "messaging.destination.partition.id": "0", "messaging.consumer.group.name": config.app_id}, logged)
+          "messaging.destination.partition.id": "0", "messaging.consumer.group.name": config.app_id,
+          **every_series(config.app_id)}, logged)
     ]  # fmt: skip
     assert [value for _, value in values["kafka_actor.restore.records.remaining"]] == [0]
     assert single(values, "kafka_actor.restore.records") == logged
     assert single(values, "kafka_actor.records.processed") == 50
     ((transactional, durations),) = values["kafka_actor.commit.duration"]
-    assert transactional == {"kafka_actor.transactional": True} and durations.count == len(commits)
+    assert transactional == {**every_series(config.app_id), "kafka_actor.transactional": True}
+    assert durations.count == len(commits)

@@ -139,3 +139,11 @@ class CountPerSession(Processor):
             self.sessions.delete(record.key, found_start, found_end)
             start, end, count = min(start, found_start), max(end, found_end), count + found_count
         self.sessions.put(record.key, start, end, count)
+
+
+class Taxed(Processor):
+    """Sends each payment on to `params.output` with its tax (a tenth of its amount) added."""
+
+    def process(self, record: Record, ctx: Context) -> None:
+        payment = record.value
+        ctx.send(str(ctx.params["output"]), {**payment, "tax": payment["amount"] // 10}, key=record.key)

@@ -13,7 +13,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 # Every worker a test starts; tests/integration/conftest.py kills those still running after each test.
-SPAWNED: list[subprocess.Popen[bytes]] = []
+SPAWNED: list[subprocess.Popen[Any]] = []
 
 
 def write_app(directory: Path, app: dict[str, Any], name: str = "app.yaml") -> Path:

@@ -126,7 +126,9 @@ CASES = [
     Case(
         "unknown serde",
         set_topic("orders", value_serde="yaml"),
-        expected=(r"topics\.orders\.value_serde: unknown serde 'yaml'", r"import path"),
+        expected=(
+            r"topics\.orders\.value_serde: unknown serde 'yaml': the built-in serdes are bytes, str, json, msgpack,",
+        ),
     ),
     Case(
         "serde class that does not exist",

@@ -20,6 +20,7 @@ from stores.serdes import (
     JsonSerde,
     MsgpackSerde,
     StrSerde,
+    UnknownSerde,
     import_object,
     resolve_serde,
 )
@@ -253,10 +254,6 @@ def test_user_serde_in_an_app() -> None:
         ("no_such_module_xyz:Serde", "No module named 'no_such_module_xyz'"),
         ("no_such_package_xyz.codecs.Serde", "No module named 'no_such_package_xyz'"),
         (f"{THIS_MODULE}:NoSuchSerde", f"module '{THIS_MODULE}' has no attribute 'NoSuchSerde'"),
-        ("json:", "'json:' is not an import path like 'package.module:Name'"),
-        (":Serde", "':Serde' is not an import path like 'package.module:Name'"),
-        ("yaml", "'yaml' is not an import path like 'package.module:Name'"),
-        ("", "'' is not an import path like 'package.module:Name'"),
     ],
 )
 def test_bad_import_path(path: str, message: str) -> None:
@@ -265,6 +262,28 @@ def test_bad_import_path(path: str, message: str) -> None:
     assert message in str(raised.value)
     with pytest.raises(ImportError):
         import_object(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("json:", " (did you mean 'json'?)"),
+        ("Msgpack", " (did you mean 'msgpack'?)"),
+        ("avr", " (did you mean 'avro'?)"),
+        ("yaml", ""),
+        (":Serde", ""),
+    ],
+)
+def test_a_name_neither_built_in_nor_an_import_path_lists_the_built_in_serdes(name: str, hint: str) -> None:
+    with pytest.raises(UnknownSerde) as raised:
+        resolve_serde(name)
+    assert str(raised.value) == (
+        f"unknown serde '{name}'{hint}: the built-in serdes are bytes, str, json, msgpack, and for topics "
+        "with a schema registry avro, json_schema; a serde class of your own is named by its import path, "
+        "like 'package.module:SerdeClass'"
+    )
+    with pytest.raises(ImportError, match=r"is not an import path like 'package\.module:Name'"):
+        import_object(name)
 
 
 def test_class_without_both_methods() -> None:
@@ -277,7 +296,7 @@ def test_class_without_both_methods() -> None:
     [
         ("no_such_module_xyz:Serde", r"unknown serde 'no_such_module_xyz:Serde': No module named"),
         (f"{THIS_MODULE}:NoSuchSerde", r"unknown serde '.*:NoSuchSerde': module '.*' has no attribute 'NoSuchSerde'"),
-        ("yaml", r"unknown serde 'yaml': 'yaml' is not an import path"),
+        ("jsn", r"unknown serde 'jsn' \(did you mean 'json'\?\): the built-in serdes are bytes, str, json, msgpack,"),
         (f"{THIS_MODULE}:HalfASerde", r"unknown serde '.*:HalfASerde': .* has no serialize\(obj\) and deserialize"),
         (f"{THIS_MODULE}:NeedsArguments", r"unknown serde '.*:NeedsArguments': .*charset"),
         (f"{THIS_MODULE}:NOT_A_CLASS", r"unknown serde '.*:NOT_A_CLASS': .*not callable"),

@@ -368,7 +368,8 @@ def metric_points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str
 
 def test_metrics_read_counters_and_gauge_callbacks() -> None:
     reader = InMemoryMetricReader()
-    telemetry = Telemetry(TelemetryConfig(), "app", metric_reader=reader)
+    telemetry = Telemetry(TelemetryConfig(), "app", worker=3, metric_reader=reader)
+    every = {"kafka_actor.app_id": "app", "kafka_actor.worker": 3}  # the attributes of every series
     metrics = telemetry.metrics
     assert metrics.enabled and telemetry.tracer_provider is None and not telemetry.tracer.enabled
     counters = Counters()
@@ -389,10 +390,10 @@ def test_metrics_read_counters_and_gauge_callbacks() -> None:
     metrics.record_commit(12.0, transactional=True)
     points = metric_points(reader)
 
-    assert points["kafka_actor.records.consumed"] == [({}, 15)]
-    assert points["kafka_actor.records.processed"] == [({}, 9)]
-    assert points["kafka_actor.records.dead_lettered"] == [({}, 1)]
-    assert points["kafka_actor.transactions.aborted"] == [({}, 1)]
+    assert points["kafka_actor.records.consumed"] == [(every, 15)]
+    assert points["kafka_actor.records.processed"] == [(every, 9)]
+    assert points["kafka_actor.records.dead_lettered"] == [(every, 1)]
+    assert points["kafka_actor.transactions.aborted"] == [(every, 1)]
     lag = {
         attributes["messaging.destination.partition.id"]: value
         for attributes, value in points["kafka_actor.consumer.lag"]
@@ -401,23 +402,24 @@ def test_metrics_read_counters_and_gauge_callbacks() -> None:
     attributes, _ = points["kafka_actor.consumer.lag"][0]
     assert attributes["messaging.destination.name"] == "orders"
     assert attributes["messaging.consumer.group.name"] == "app"
-    assert points["kafka_actor.task.queue.depth"] == [({"kafka_actor.task": "enrich[0]"}, 12)]
-    assert points["kafka_actor.partitions.paused"] == [({}, 2)]
+    assert attributes.items() >= every.items()
+    assert points["kafka_actor.task.queue.depth"] == [({**every, "kafka_actor.task": "enrich[0]"}, 12)]
+    assert points["kafka_actor.partitions.paused"] == [(every, 2)]
     assert [value for _, value in points["kafka_actor.restore.records.done"]] == [300]
     assert [value for _, value in points["kafka_actor.restore.records.remaining"]] == [700]
     assert [value for _, value in points["kafka_actor.global_store.lag"]] == [4]
     assert [value for _, value in points["kafka_actor.global_store.position"]] == [6]
     assert [value for _, value in points["kafka_actor.global_store.end_offset"]] == [10]
     [(attributes, histogram)] = points["kafka_actor.process.duration"]
-    assert attributes == {"kafka_actor.processor": "enrich"}
+    assert attributes == {**every, "kafka_actor.processor": "enrich"}
     assert histogram.count == 1 and histogram.sum == pytest.approx(0.3)
     [(attributes, histogram)] = points["kafka_actor.commit.duration"]
-    assert attributes == {"kafka_actor.transactional": True} and histogram.count == 1
+    assert attributes == {**every, "kafka_actor.transactional": True} and histogram.count == 1
 
     counters.consumed += 1
     unregister()
     points = metric_points(reader)
-    assert points["kafka_actor.records.consumed"] == [({}, 16)]
+    assert points["kafka_actor.records.consumed"] == [(every, 16)]
     assert points.get("kafka_actor.global_store.lag", []) == []
     telemetry.shutdown()
 
@@ -511,7 +513,7 @@ def test_prometheus_endpoint_serves_the_metrics() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     config = TelemetryConfig.model_validate({"metrics": {"exporter": "prometheus", "host": "127.0.0.1", "port": port}})
-    telemetry = Telemetry(config, "app")
+    telemetry = Telemetry(config, "app", worker=2)
     try:
         telemetry.metrics.register_counters(Counters(consumed=3))
         telemetry.metrics.register_consumer_lag(lambda: {("orders", 1): 5})
@@ -519,9 +521,12 @@ def test_prometheus_endpoint_serves_the_metrics() -> None:
             text = response.read().decode()
     finally:
         telemetry.shutdown()
-    assert "kafka_actor_records_consumed_total" in text
-    assert "kafka_actor_consumer_lag" in text
-    assert 'messaging_destination_name="orders"' in text
+    series = [line for line in text.splitlines() if line.startswith("kafka_actor_")]
+    assert any(line.startswith("kafka_actor_records_consumed_total{") for line in series)
+    assert any(line.startswith("kafka_actor_consumer_lag{") for line in series)
+    assert any('messaging_destination_name="orders"' in line for line in series)
+    assert all('kafka_actor_app_id="app"' in line and 'kafka_actor_worker="2"' in line for line in series), series
+    assert "otel_scope" not in text
 
 
 def test_send_gives_outputs_the_records_trace_fields_in_place_of_copied_ones() -> None:

@@ -1,0 +1,33 @@
+"""The commands of `python -m runtime <command>` besides running an app.
+
+Each is a module with `main(argv) -> int`, imported only when its command runs, so running an app
+pays nothing for them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+# Command name -> (module, what it does, for the top-level --help).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "dev-kafka": ("runtime.devkafka.cli", "start, stop or check the local development broker"),
+    "topics": ("runtime.commands.topics", "list, describe or create topics"),
+    "produce": ("runtime.commands.produce", "write JSON lines to a topic, encoded with its serdes"),
+    "consume": ("runtime.commands.consume", "print a topic's records as JSON lines, decoded with its serdes"),
+    "describe": ("runtime.commands.describe", "an app's topology: processors, topics, stores, internal topics"),
+    "reset": ("runtime.commands.reset", "move an app's committed offsets; optionally delete its state"),
+}
+
+
+def run_command(name: str, argv: list[str]) -> int:
+    main: Callable[[list[str]], int] = importlib.import_module(COMMANDS[name][0]).main
+    return main(argv)
+
+
+def summary() -> str:
+    """The commands and what each does, for the top-level --help."""
+    width = max(map(len, COMMANDS))
+    return "commands (each with --help):\n" + "\n".join(
+        f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items()
+    )

@@ -1,0 +1,185 @@
+"""`python -m runtime describe app.yaml`: the app's topology as its YAML declares it, without a broker."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from runtime.commands.app_topics import changelog_topics
+from runtime.commands.running import command_parser, run
+from runtime.config import AppConfig, ErrorPolicy, ProcessorConfig, load_app
+
+
+@dataclass(frozen=True)
+class Input:
+    topic: str
+    partitions: int
+    written_by: list[str]  # processors of this app that write it; none: a source
+
+
+@dataclass(frozen=True)
+class Output:
+    topic: str
+    read_by: list[str]  # processors of this app that read it; none: a sink
+
+
+@dataclass(frozen=True)
+class Store:
+    name: str
+    backend: str
+    changelog: str | None
+    key_serde: str
+    value_serde: str
+
+
+@dataclass(frozen=True)
+class ProcessorNode:
+    """One processor: a task per partition of its inputs, which are co-partitioned when there are several
+    (partition N of each goes to task N)."""
+
+    name: str
+    class_path: str
+    tasks: int
+    co_partitioned: bool
+    inputs: list[Input]
+    outputs: list[Output]
+    stores: list[Store]
+
+
+@dataclass(frozen=True)
+class GlobalStoreNode:
+    """A topic every worker reads whole: broadcast to every task of every processor."""
+
+    name: str
+    topic: str
+    backend: str
+    key_serde: str
+    value_serde: str
+    updater: str | None
+
+
+@dataclass(frozen=True)
+class InternalTopic:
+    """A topic the runtime names after the app."""
+
+    topic: str
+    purpose: str
+    partitions: int
+
+
+@dataclass(frozen=True)
+class Topology:
+    app_id: str
+    group: str
+    guarantee: str
+    processors: list[ProcessorNode]
+    global_stores: list[GlobalStoreNode]
+    internal_topics: list[InternalTopic]
+
+
+def topology(app: AppConfig) -> Topology:
+    writers = {topic: [p.name for p in app.processors if topic in p.outputs] for topic in app.topics}
+    readers = {topic: [p.name for p in app.processors if topic in p.inputs] for topic in app.topics}
+    processors = [
+        ProcessorNode(
+            name=processor.name,
+            class_path=processor.class_path,
+            tasks=app.topics[processor.inputs[0]].partitions,
+            co_partitioned=len(processor.inputs) > 1,
+            inputs=[Input(topic, app.topics[topic].partitions, writers[topic]) for topic in processor.inputs],
+            outputs=[Output(topic, readers[topic]) for topic in processor.outputs],
+            stores=_stores(app, processor),
+        )
+        for processor in app.processors
+    ]
+    tasks = {processor.name: processor.tasks for processor in processors}
+    owners = {store: processor.name for processor in app.processors for store in processor.stores}
+    internal = [
+        InternalTopic(topic, f"changelog of store {store} (compacted)", tasks[owners[store]])
+        for topic, store in changelog_topics(app).items()
+    ]
+    dead_letters = ErrorPolicy.DEAD_LETTER in (app.errors.deserialization, app.errors.processing) or any(
+        spec.errors == "dead_letter" for spec in app.global_stores.values()
+    )
+    if dead_letters:
+        internal.append(
+            InternalTopic(app.dead_letter_topic, "dead letters", app.topics[app.dead_letter_topic].partitions)
+        )
+    global_stores = [
+        GlobalStoreNode(name, spec.topic, spec.backend, spec.key_serde, spec.value_serde, spec.updater)
+        for name, spec in app.global_stores.items()
+    ]
+    return Topology(app.app_id, app.group_id, app.guarantee.value, processors, global_stores, internal)
+
+
+def _stores(app: AppConfig, processor: ProcessorConfig) -> list[Store]:
+    return [
+        Store(
+            name, spec.backend, app.changelog_topic(name) if spec.changelog else None, spec.key_serde, spec.value_serde
+        )
+        for name, spec in processor.stores.items()
+    ]
+
+
+def render(topology: Topology) -> str:
+    lines = [f"app {topology.app_id}: consumer group {topology.group}, {topology.guarantee}"]
+    for processor in topology.processors:
+        lines += ["", f"processor {processor.name} ({processor.class_path}): {_count(processor.tasks, 'task')}"]
+        inputs = ", ".join(f"{i.topic}{_peers('from', i.written_by)}" for i in processor.inputs)
+        each = " each, co-partitioned" if processor.co_partitioned else ""
+        lines.append(f"  reads   {inputs}: {_count(processor.tasks, 'partition')}{each}")
+        for output in processor.outputs:
+            lines.append(f"  writes  {output.topic}{_peers('to', output.read_by)}")
+        for store in processor.stores:
+            changelog = f"changelog {store.changelog}" if store.changelog else "no changelog"
+            lines.append(f"  store   {store.name}: {store.backend}, {changelog}, {_serdes(store)}")
+    if topology.global_stores:
+        lines += ["", "global stores (each worker reads the whole topic; every task sees it):"]
+        for spec in topology.global_stores:
+            updater = f", updater {spec.updater}" if spec.updater else ""
+            lines.append(f"  {spec.name}: topic {spec.topic}, {spec.backend}, {_serdes(spec)}{updater}")
+    if topology.internal_topics:
+        width = max(len(topic.topic) for topic in topology.internal_topics)
+        lines += ["", "topics named after the app:"]
+        lines += [
+            f"  {topic.topic:<{width}}  {topic.purpose}, {_count(topic.partitions, 'partition')}"
+            for topic in topology.internal_topics
+        ]
+    return "\n".join(lines)
+
+
+def _serdes(store: Store | GlobalStoreNode) -> str:
+    return f"keys {store.key_serde}, values {store.value_serde}"
+
+
+def _peers(direction: str, processors: list[str]) -> str:
+    return f" ({direction} {', '.join(processors)})" if processors else ""
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = command_parser(
+        "describe",
+        "The app's topology as its YAML declares it (partition counts too): its processors, "
+        "what they read (co-partitioned inputs; global stores, broadcast to every task) and write, their "
+        "stores and changelogs, and the topics named after the app. It connects to nothing.",
+    )
+    parser.add_argument("app", type=Path, help="the app's YAML file")
+    parser.add_argument("--json", action="store_true", help="as JSON")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+
+    def body() -> int:
+        described = topology(load_app(args.app))
+        print(json.dumps(asdict(described), indent=2) if args.json else render(described))
+        return 0
+
+    return run(args.app, body)

@@ -1,0 +1,86 @@
+"""The app YAML's checks of Avro and JSON Schema topics, and the wire format, without a registry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.config import ConfigError, parse_app
+from runtime.schema_registry.serdes import Subject
+from runtime.schema_registry.wire_format import header, schema_id_of
+
+PAYMENT = {"type": "record", "name": "Payment", "namespace": "shop", "fields": [{"name": "id", "type": "string"}]}
+
+
+def app(topic: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "app_id": "shop",
+        "topics": {"payments": topic},
+        "processors": [{"name": "p", "class": "processors:Processor", "inputs": ["payments"]}],
+        **extra,
+    }
+
+
+REGISTRY = {"url": "http://registry:8081"}
+
+
+def test_an_avro_topic_with_its_schema_and_a_registry_is_valid(tmp_path: Path) -> None:
+    schema = tmp_path / "payment.avsc"
+    schema.write_text(json.dumps(PAYMENT))
+    config = parse_app(app({"value_serde": "avro", "value_schema": str(schema)}, schema_registry=REGISTRY))
+    assert config.topics["payments"].value_schema == schema
+    assert config.schema_registry is not None and config.schema_registry.subject_name_strategy == "topic_name"
+
+
+@pytest.mark.parametrize(
+    ("topic", "extra", "message"),
+    [
+        ({"value_serde": "avro"}, {},
+         "topics.payments.value_serde: 'avro' keeps its schemas in a schema registry: set schema_registry.url"),
+        ({"value_serde": "json", "value_schema": "{schema}"}, {"schema_registry": REGISTRY},
+         "topics.payments.value_schema: a schema file is for the serdes avro and json_schema, not 'json'"),
+        ({"value_serde": "avro", "value_schema": "/nowhere.avsc"}, {"schema_registry": REGISTRY},
+         "topics.payments.value_schema: cannot read /nowhere.avsc: No such file or directory"),
+        ({"value_serde": "avro", "value_schema": "{not_avro}"}, {"schema_registry": REGISTRY},
+         "topics.payments.value_schema: {not_avro} is not an Avro schema: UnknownType: {{'type': 'recrd'"),
+        ({"value_serde": "json_schema", "value_schema": "{not_avro}"}, {"schema_registry": REGISTRY},
+         "topics.payments.value_schema: {not_avro} is not a JSON Schema"),
+        ({"value_serde": "avro"}, {"schema_registry": {**REGISTRY, "subject_name_strategy": "record_name"}},
+         "topics.payments.value_schema: schema_registry.subject_name_strategy record_name names the subject"),
+        ({}, {"schema_registry": {"url": "registry:8081"}}, "schema_registry.url: 'registry:8081' is not an http"),
+        ({}, {"schema_registry": {"url": "http://me:secret@registry"}}, "holds credentials; give them as username"),
+    ],
+)  # fmt: skip
+def test_mistakes_name_their_field(tmp_path: Path, topic: dict[str, Any], extra: dict[str, Any], message: str) -> None:
+    (tmp_path / "p.avsc").write_text(json.dumps(PAYMENT))
+    (tmp_path / "bad.avsc").write_text('{"type": "recrd", "name": "X"}')
+    paths = {"schema": str(tmp_path / "p.avsc"), "not_avro": str(tmp_path / "bad.avsc")}
+    topic = {field: value.format(**paths) if isinstance(value, str) else value for field, value in topic.items()}
+    with pytest.raises(ConfigError) as raised:
+        parse_app(app(topic, **extra))
+    assert message.format(**paths) in str(raised.value)
+
+
+def test_a_store_takes_no_registry_serde() -> None:
+    config = app({})
+    config["processors"][0]["stores"] = {"totals": {"value_serde": "avro"}}
+    with pytest.raises(
+        ConfigError, match=r"processors\[0\]\.stores\.totals\.value_serde: serde 'avro' keeps its schemas"
+    ):
+        parse_app(config)
+
+
+def test_subjects_are_named_by_the_strategy() -> None:
+    assert Subject("payments", "value", "topic_name").name("shop.Payment") == "payments-value"
+    assert Subject("payments", "key", "record_name").name("shop.Payment") == "shop.Payment"
+    assert Subject("payments", "value", "topic_record_name").name("shop.Payment") == "payments-shop.Payment"
+
+
+def test_the_wire_format_is_a_zero_byte_and_the_schema_id() -> None:
+    assert header(258) == b"\x00\x00\x00\x01\x02"
+    assert schema_id_of(header(258) + b"payload") == 258
+    with pytest.raises(ValueError, match="not in the schema registry's wire format: 0 bytes, is empty"):
+        schema_id_of(b"")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from processors.record import Headers, Record
-from runtime.timestamp_config import TimestampConfig
+from runtime.config.timestamps import TimestampConfig
 from stores.serdes import import_object
 
 TimestampOf = Callable[[Record], int]

@@ -1,0 +1,173 @@
+"""The whole app: its sections, the guarantee, and the checks across sections."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import Field, field_validator, model_validator
+
+from runtime.config.common import MAX_TRANSACTION_TIMEOUT_MS, NAME, Strict, derived_topic, valid_topic_name
+from runtime.config.kafka import KafkaConfig
+from runtime.config.processors import ProcessorConfig
+from runtime.config.stores import GlobalStoreConfig, SnapshotsConfig, StoreConfig
+from runtime.config.topics import TopicConfig
+from runtime.kafka.options import INT32_MAX
+from runtime.schema_registry.config import SchemaRegistryConfig
+from runtime.schema_registry.topic_checks import check_registry_topics
+from runtime.telemetry.config import TelemetryConfig
+
+
+class Guarantee(StrEnum):
+    AT_MOST_ONCE = "at_most_once"
+    AT_LEAST_ONCE = "at_least_once"
+    EXACTLY_ONCE = "exactly_once"
+
+
+class ErrorPolicy(StrEnum):
+    FAIL = "fail"
+    SKIP = "skip"
+    DEAD_LETTER = "dead_letter"
+
+
+class QueueConfig(Strict):
+    """Per-task queue bounds, in records: pause the task's partitions at `pause_at`, resume at `resume_at`."""
+
+    pause_at: int = Field(default=2000, ge=1)
+    resume_at: int = Field(default=500, ge=0)
+
+    @model_validator(mode="after")
+    def _resume_below_pause(self) -> QueueConfig:
+        if self.resume_at >= self.pause_at:
+            raise ValueError(f"resume_at ({self.resume_at}) must be below pause_at ({self.pause_at})")
+        return self
+
+
+class ErrorsConfig(Strict):
+    deserialization: ErrorPolicy = ErrorPolicy.FAIL
+    processing: ErrorPolicy = ErrorPolicy.FAIL
+    dead_letter_topic: str | None = None
+
+    @field_validator("dead_letter_topic")
+    @classmethod
+    def _valid_topic(cls, name: str | None) -> str | None:
+        return None if name is None else valid_topic_name(name)
+
+
+class AppConfig(Strict):
+    app_id: str = Field(pattern=r"^[a-zA-Z0-9._-]+$")
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    topics: dict[str, TopicConfig] = Field(default_factory=dict)
+    processors: list[ProcessorConfig] = Field(min_length=1)
+    global_stores: dict[str, GlobalStoreConfig] = Field(default_factory=dict)
+    guarantee: Guarantee = Guarantee.AT_LEAST_ONCE
+    commit_interval_ms: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    transaction_timeout_ms: int = Field(default=10_000, ge=1000)
+    queue: QueueConfig = Field(default_factory=QueueConfig)
+    max_task_idle_ms: int = Field(default=0, ge=0, le=INT32_MAX)
+    errors: ErrorsConfig = Field(default_factory=ErrorsConfig)
+    create_topics: bool = True
+    shutdown_timeout_s: float = Field(default=30.0, gt=0)
+    state_dir: Path = Path("state")
+    snapshots: SnapshotsConfig | None = None
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    schema_registry: SchemaRegistryConfig | None = None
+
+    @field_validator("app_id")
+    @classmethod
+    def _app_id_stays_inside(cls, app_id: str) -> str:
+        """It names a directory under state_dir and prefixes internal topics."""
+        if app_id in (".", ".."):
+            raise ValueError(f"'{app_id}' would put the app's stores outside state_dir")
+        if app_id.startswith("__"):
+            raise ValueError(f"'{app_id}' starts with '__': its topics would look like Kafka's internal topics")
+        return app_id
+
+    @field_validator("transaction_timeout_ms")
+    @classmethod
+    def _broker_accepts(cls, timeout_ms: int) -> int:
+        if timeout_ms > MAX_TRANSACTION_TIMEOUT_MS:
+            raise ValueError(
+                f"{timeout_ms} is above {MAX_TRANSACTION_TIMEOUT_MS}, the broker's default "
+                "transaction.max.timeout.ms: it would refuse every transaction"
+            )
+        return timeout_ms
+
+    @field_validator("topics")
+    @classmethod
+    def _topic_names(cls, topics: dict[str, TopicConfig]) -> dict[str, TopicConfig]:
+        for name in topics:
+            valid_topic_name(name)
+        return topics
+
+    @model_validator(mode="after")
+    def _references(self) -> AppConfig:
+        names = [p.name for p in self.processors]
+        for index, processor in enumerate(self.processors):
+            if names.count(processor.name) > 1:
+                raise ValueError(f"processors[{index}].name: '{processor.name}' is used twice")
+            for field_name in ("inputs", "outputs"):
+                for topic in getattr(processor, field_name):
+                    if topic not in self.topics:
+                        raise ValueError(
+                            f"processors[{index}].{field_name}: topic '{topic}' is not declared under topics"
+                        )
+            counts = {topic: self.topics[topic].partitions for topic in processor.inputs}
+            if len(set(counts.values())) > 1:
+                raise ValueError(
+                    f"processors[{index}].inputs: inputs of one processor must be co-partitioned "
+                    f"(same number of partitions), got {counts}"
+                )
+        store_owners: dict[str, str] = {}
+        for index, processor in enumerate(self.processors):
+            for store, spec in processor.stores.items():
+                if store in store_owners:
+                    raise ValueError(
+                        f"processors[{index}].stores.{store}: the name is already used by processor "
+                        f"'{store_owners[store]}' (store names are app-wide: they name changelog topics)"
+                    )
+                store_owners[store] = processor.name
+                if spec.changelog:
+                    derived_topic(f"processors[{index}].stores.{store}", "changelog", self.changelog_topic(store))
+        check_registry_topics(self.topics, self.schema_registry)
+        for name in self.global_stores:
+            if not re.match(NAME, name):
+                raise ValueError(f"global_stores.{name}: the name may only use letters, digits, '_' and '-'")
+        needs_dead_letters = ErrorPolicy.DEAD_LETTER in (self.errors.deserialization, self.errors.processing) or any(
+            spec.errors == "dead_letter" for spec in self.global_stores.values()
+        )
+        if needs_dead_letters and self.dead_letter_topic not in self.topics:
+            derived_topic("app_id", "dead-letter", self.dead_letter_topic)
+            # The dead-letter topic always exists as bytes, whatever the app's serdes are.
+            self.topics[self.dead_letter_topic] = TopicConfig(key_serde="bytes", value_serde="bytes")
+        return self
+
+    @property
+    def commit_interval_s(self) -> float:
+        """1 s by default; 100 ms under exactly-once, where it bounds how long outputs stay invisible."""
+        if self.commit_interval_ms is not None:
+            return self.commit_interval_ms / 1000
+        return 0.1 if self.guarantee is Guarantee.EXACTLY_ONCE else 1.0
+
+    @property
+    def dead_letter_topic(self) -> str:
+        return self.errors.dead_letter_topic or f"{self.app_id}-dead-letters"
+
+    def changelog_topic(self, store: str) -> str:
+        return f"{self.app_id}-{store}-changelog"
+
+    def snapshots_for(self, store: StoreConfig | GlobalStoreConfig) -> SnapshotsConfig | None:
+        """The store's own setting, else the app's; only RocksDB stores with a changelog (a global
+        store's topic is its changelog) take snapshots."""
+        if store.backend != "rocksdb" or (isinstance(store, StoreConfig) and not store.changelog):
+            return None
+        return store.snapshots or self.snapshots
+
+    @property
+    def group_id(self) -> str:
+        """The consumer group: the app id unless `kafka.consumer.group_id` says otherwise."""
+        return str(self.kafka.consumer.get("group_id", self.app_id))
+
+    def input_topics(self) -> list[str]:
+        return sorted({topic for processor in self.processors for topic in processor.inputs})

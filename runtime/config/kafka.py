@@ -1,0 +1,38 @@
+"""The `kafka` section: how to reach the cluster, and options for aiokafka's clients."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from runtime.config.common import Strict
+from runtime.kafka.options import option_problems
+from runtime.redaction import USERINFO, redact
+
+
+class KafkaConfig(Strict):
+    """Connection. The option maps are passed to aiokafka, once checked against its clients' constructors."""
+
+    bootstrap_servers: str | None = None
+    client: dict[str, Any] = Field(default_factory=dict)
+    consumer: dict[str, Any] = Field(default_factory=dict)
+    producer: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _no_credentials(cls, servers: str | None) -> str | None:
+        if servers is not None and USERINFO.search(servers):
+            raise ValueError(
+                f"'{redact(servers)}' holds credentials; Kafka takes them from kafka.client "
+                "(security_protocol, sasl_mechanism, sasl_plain_username, sasl_plain_password)"
+            )
+        return servers
+
+    @model_validator(mode="after")
+    def _options_aiokafka_accepts(self) -> KafkaConfig:
+        sections = {"kafka.client": self.client, "kafka.consumer": self.consumer, "kafka.producer": self.producer}
+        problems = [problem for section, options in sections.items() for problem in option_problems(section, options)]
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self

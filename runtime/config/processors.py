@@ -1,0 +1,48 @@
+"""A processor in the `processors` list: its class, inputs, outputs, params and stores."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from processors.processor import Processor
+from runtime.config.common import NAME, Strict, import_subclass
+from runtime.config.processor_params import checked_params, with_stores_params_need
+from runtime.config.stores import StoreConfig
+from stores.serdes import import_object
+
+
+class ProcessorConfig(Strict):
+    name: str = Field(pattern=NAME)
+    class_path: str = Field(alias="class")
+    inputs: list[str] = Field(min_length=1)
+    outputs: list[str] = Field(default_factory=list)
+    params: dict[str, Any] = Field(default_factory=dict)
+    stores: dict[str, StoreConfig] = Field(default_factory=dict, validate_default=True)  # the class may add some
+
+    _params_fit_class = field_validator("params")(classmethod(lambda cls, params, info: checked_params(params, info)))
+    _stores_params_need = field_validator("stores", mode="before")(
+        classmethod(lambda cls, stores, info: with_stores_params_need(stores, info))
+    )
+
+    @field_validator("stores")
+    @classmethod
+    def _store_names(cls, stores: dict[str, StoreConfig]) -> dict[str, StoreConfig]:
+        for name in stores:
+            if not re.match(NAME, name):
+                raise ValueError(f"store name '{name}' may only use letters, digits, '_' and '-'")
+            if name == "global":
+                raise ValueError("store name 'global' is reserved: global stores live in <state_dir>/<app_id>/global")
+        return stores
+
+    @field_validator("class_path")
+    @classmethod
+    def _class_is_processor(cls, path: str) -> str:
+        import_subclass(path, Processor, "processor")
+        return path
+
+    def processor_class(self) -> type[Processor]:
+        found: type[Processor] = import_object(self.class_path)
+        return found

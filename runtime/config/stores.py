@@ -1,0 +1,81 @@
+"""A processor's `stores` and the app's `global_stores`, and where their snapshots are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from processors.global_updater import GlobalStoreUpdater
+from runtime.config.common import Strict, import_subclass, known_serde, valid_topic_name
+from runtime.config.store_kinds import retention_fits_kind
+from stores.layout import StoreKind
+
+
+class SnapshotsConfig(Strict):
+    """Where bulk snapshots of stores are found: `<location>/<store>/<any name>/manifest.json`.
+
+    A mapping rather than a bare path, so object stores can be added as other fields later.
+    """
+
+    location: Path
+
+    @field_validator("location", mode="before")
+    @classmethod
+    def _local_path(cls, location: object) -> object:
+        if isinstance(location, str) and "://" in location:
+            raise ValueError(f"'{location}' is a URL; only local or mounted directories are supported")
+        return location
+
+
+class StoreConfig(Strict):
+    """A task-local store of a `kind`: key-value, window or session. With a changelog it survives crashes
+    and moves with its partition."""
+
+    kind: StoreKind = "key_value"
+    backend: Literal["memory", "rocksdb"] = "rocksdb"
+    changelog: bool = True
+    key_serde: str = "msgpack"
+    value_serde: str = "msgpack"
+    retention_ms: int | None = Field(default=None, gt=0, validate_default=True)
+    snapshots: SnapshotsConfig | None = None
+
+    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: known_serde(name)))
+    _retention_fits_kind = field_validator("retention_ms")(
+        classmethod(lambda cls, retention_ms, info: retention_fits_kind(retention_ms, info))
+    )
+
+    @model_validator(mode="after")
+    def _snapshots_need_rocksdb_and_changelog(self) -> StoreConfig:
+        if self.snapshots is not None and (self.backend != "rocksdb" or not self.changelog):
+            raise ValueError("snapshots are ingested into RocksDB stores with a changelog only")
+        return self
+
+
+class GlobalStoreConfig(Strict):
+    """Reference data: the whole topic replicated into every worker, read before any record is processed."""
+
+    topic: str
+    backend: Literal["memory", "rocksdb"] = "rocksdb"
+    key_serde: str = "msgpack"
+    value_serde: str = "msgpack"
+    updater: str | None = None
+    errors: Literal["skip", "dead_letter"] = "skip"
+    snapshots: SnapshotsConfig | None = None
+
+    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: known_serde(name)))
+    _valid_topic = field_validator("topic")(classmethod(lambda cls, name: valid_topic_name(name)))
+
+    @field_validator("updater")
+    @classmethod
+    def _class_is_updater(cls, path: str | None) -> str | None:
+        if path is not None:
+            import_subclass(path, GlobalStoreUpdater, "global store updater")
+        return path
+
+    @model_validator(mode="after")
+    def _snapshots_need_rocksdb(self) -> GlobalStoreConfig:
+        if self.snapshots is not None and self.backend != "rocksdb":
+            raise ValueError("snapshots are ingested into RocksDB stores only")
+        return self

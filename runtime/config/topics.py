@@ -1,0 +1,36 @@
+"""The `topics` section: each topic's partitions, serdes, schemas and event time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from runtime.config.common import MAX_PARTITIONS, MAX_REPLICATION_FACTOR, Strict, known_topic_serde
+from runtime.config.timestamps import TimestampConfig
+from runtime.schema_registry.topic_checks import check_schema_file
+
+
+class TopicConfig(Strict):
+    partitions: int = Field(default=1, ge=1, le=MAX_PARTITIONS)
+    replication_factor: int = Field(default=1, ge=1, le=MAX_REPLICATION_FACTOR)
+    key_serde: str = "msgpack"
+    value_serde: str = "msgpack"
+    # With a registry serde: the schema the app writes with and reads into (an Avro .avsc, a JSON
+    # Schema); without one, it writes with the subject's latest schema and reads with each record's.
+    key_schema: Path | None = None
+    value_schema: Path | None = None
+    cleanup_policy: Literal["delete", "compact", "compact,delete"] = "delete"
+    config: dict[str, str] = Field(default_factory=dict)
+    timestamp: TimestampConfig | None = None  # None: the Kafka record's timestamp
+
+    _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: known_topic_serde(name)))
+
+    @field_validator("key_schema", "value_schema")
+    @classmethod
+    def _schema_fits_its_serde(cls, schema: Path | None, info: ValidationInfo) -> Path | None:
+        serde = info.data.get(str(info.field_name).replace("_schema", "_serde"))
+        if schema is not None and serde is not None:
+            check_schema_file(serde, schema)
+        return schema

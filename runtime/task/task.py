@@ -108,6 +108,7 @@ class Task:
         self._queue: deque[tuple[TopicPartition, list[Any]]] = deque()
         self._wakeup = asyncio.Event()
         self.lost = False
+        self.ended = False  # its actor returned or raised: it processes nothing more
         self._stopping = False
         self._commit_waits = False
         self._busy = False
@@ -186,8 +187,11 @@ class Task:
         self._committed_stream_time = self._stream_time_checkpoint
 
     def mark_caught_up(self, tp: TopicPartition, end: int) -> None:
-        """Every record below `end` was processed (gaps are compaction or transaction markers)."""
-        self.next_offsets[tp] = max(self.next_offsets.get(tp, 0), end)
+        """Every record below `end` was processed (gaps are compaction or transaction markers). Not so
+        once the actor ended: the records it had queued, or failed on, were dropped unprocessed, and a
+        commit after a failure must cover only the records before it."""
+        if not self.ended:
+            self.next_offsets[tp] = max(self.next_offsets.get(tp, 0), end)
 
     async def run(self) -> None:
         """Initialise the processor, then process batches and punctuations until asked to stop. The task
@@ -209,6 +213,7 @@ class Task:
                     elif self._queue:
                         await self._take_batch()
         finally:
+            self.ended = True
             self._queue.clear()
             if self._merge is not None:
                 self._merge.clear()

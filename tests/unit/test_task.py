@@ -125,6 +125,23 @@ async def test_a_failing_record_under_fail_stops_the_task_before_its_offset(
     assert services.counters.processed == 1
 
 
+async def test_a_task_stopped_by_a_failing_record_is_never_marked_caught_up_past_it(
+    telemetry: Telemetry, forward: Forward
+) -> None:
+    """A bounded run marks a task caught up when it is idle and the consumer's position passed the end:
+    a task whose actor ended on a failure is idle, its records dropped, and must keep the offset before
+    the failed record, or the commit that follows the failure would skip it."""
+    task = make_task(forward, make_services(telemetry, ErrorPolicy.FAIL))
+    task.enqueue(TP, [raw(0, value(0, fail=True)), raw(1, value(1))])
+    with pytest.raises(RecordFailed):
+        await task.run()
+
+    task.mark_caught_up(TP, 2)
+
+    assert task.idle and task.running
+    assert task.next_offsets.get(TP, 0) == 0
+
+
 async def test_an_undecodable_record_under_fail_stops_the_task_before_its_offset(
     telemetry: Telemetry, forward: Forward
 ) -> None:

@@ -18,7 +18,7 @@ import msgpack
 from examples.payments.generate import Payment
 from stores.partitioner import partition_for
 
-Minute = tuple[str, str, int]  # (account, currency, start ms)
+Minute = tuple[tuple[str, str], int, int]  # ((account, currency), start, end)
 
 
 @dataclass
@@ -36,6 +36,7 @@ def expected_totals(payments: Iterable[Payment], partitions: int, size_ms: int, 
     topic of `partitions` partitions, in tumbling windows of `size_ms` with `grace_ms` of grace."""
     stream_time = [-1] * partitions
     totals: dict[Minute, int] = {}
+    partition_of: dict[Minute, int] = {}
     found = MinuteTotals()
     for payment in payments:
         value = msgpack.unpackb(payment.value)
@@ -47,10 +48,10 @@ def expected_totals(payments: Iterable[Payment], partitions: int, size_ms: int, 
         if stream_time[partition] >= start + size_ms + grace_ms:
             found.late.add(value["payment_id"])
             continue
-        minute = (value["account"], value["currency"], start)
+        minute = ((value["account"], value["currency"]), start, start + size_ms)
         totals[minute] = totals.get(minute, 0) + value["amount_minor"]
+        partition_of[minute] = partition
     for minute, total in totals.items():
-        closes_at = minute[2] + size_ms + grace_ms
-        closed = stream_time[partition_for(minute[0].encode(), partitions)] >= closes_at
+        closed = stream_time[partition_of[minute]] >= minute[2] + grace_ms
         (found.closed if closed else found.still_open)[minute] = total
     return found

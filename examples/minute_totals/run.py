@@ -36,8 +36,9 @@ from examples.broker import kafka
 from examples.disorder import Disorder
 from examples.minute_totals.expected import Minute, MinuteTotals, expected_totals
 from examples.payments.generate import START_MS, make_payments, produce_payments
-from examples.payments.run import ROOT, Offsets, end_offsets, ensure_topics, money, read_ids, scan
+from examples.payments.run import ROOT, end_offsets, ensure_topics, money, read_ids
 from examples.timeline import start_after
+from examples.window_results import check_windows, read_windows
 from runtime.config import AppConfig, load_app
 
 APP_YAML = Path("examples/minute_totals/app.yaml")  # relative to ROOT, as a user would type it
@@ -66,37 +67,13 @@ def created_at(value: bytes) -> int:
     return created
 
 
-async def read_minutes(bootstrap: str, start: Offsets, topic: str, first_ms: int) -> dict[Minute, list[int]]:
-    """The totals `topic` got after `start` of the minutes from `first_ms` on, each minute's in the order sent."""
-    sent: dict[Minute, list[int]] = {}
-
-    def keep(key: bytes | None, value: bytes) -> None:
-        account, currency = json.loads(key or b"null")
-        result = json.loads(value)
-        if result["start"] >= first_ms:
-            sent.setdefault((account, currency, result["start"]), []).append(result["value"])
-
-    await scan(bootstrap, [tp for tp in start if tp.topic == topic], start, keep)
-    return sent
+def account_and_currency(key: bytes) -> tuple[str, str]:
+    account, currency = json.loads(key)
+    return account, currency
 
 
 def late_payment_id(key: bytes | None, value: bytes) -> str:
     return str(msgpack.unpackb(value)["payment_id"])  # late payments go on as they came
-
-
-def check_minutes(expected: Mapping[Minute, int], sent: Mapping[Minute, list[int]]) -> list[str]:
-    """What is wrong with the minute totals sent: missing, sent twice, not expected, or of another total."""
-    problems = []
-    if missing := sorted(set(expected) - set(sent)):
-        problems.append(f"{len(missing):,} closed minutes with no total sent, e.g. {missing[0]}")
-    if twice := sorted(minute for minute, totals in sent.items() if len(totals) > 1):
-        problems.append(f"{len(twice):,} minutes sent more than once, e.g. {twice[0]}: {sent[twice[0]]}")
-    if unexpected := sorted(set(sent) - set(expected)):
-        problems.append(f"{len(unexpected):,} totals of minutes that had not closed, e.g. {unexpected[0]}")
-    if wrong := sorted(minute for minute in set(sent) & set(expected) if sent[minute][0] != expected[minute]):
-        got, want = sent[wrong[0]][0], expected[wrong[0]]
-        problems.append(f"{len(wrong):,} minutes with another total, e.g. {wrong[0]}: {got}, expected {want}")
-    return problems
 
 
 def check_late(expected: set[str], routed: Counter[str], ids: set[str], counted: int) -> list[str]:
@@ -119,8 +96,19 @@ def clock(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def demo(app_yaml: Path, bootstrap: str, count: int, disorder: Disorder, seed: int, timeout_s: float) -> list[str]:
-    """Produce, run, read back and check; what went wrong (nothing, when all is well)."""
+@dataclass(frozen=True)
+class Outcome:
+    """A run of the demo: what its payments make, what the app sent, and what is wrong (nothing, when all is well)."""
+
+    expected: MinuteTotals
+    sent: dict[Minute, list[int]]
+    late_routed: Counter[str]  # ids on the late topic since the run began
+    late_counted: int
+    problems: list[str]
+
+
+def demo(app_yaml: Path, bootstrap: str, count: int, disorder: Disorder, seed: int, timeout_s: float) -> Outcome:
+    """Produce, run, read back and check."""
     config = load_app(ROOT / app_yaml)
     app = MinuteApp.of(config)
     partitions = asyncio.run(ensure_topics(bootstrap, config))
@@ -136,19 +124,25 @@ def demo(app_yaml: Path, bootstrap: str, count: int, disorder: Disorder, seed: i
     asyncio.run(produce_payments(bootstrap, app.input, iter(payments)))
     last_ms = max(created_at(payment.value) for payment in payments)
     print(f"produced {count:,} payments to '{app.input}' in {time.perf_counter() - started:.1f} s (seed {seed}), "
-          f"made {clock(first_ms)} to {clock(last_ms)}: {expected.out_of_order:,} came after a later payment "
+          f"created {clock(first_ms)} to {clock(last_ms)}: {expected.out_of_order:,} came after a later payment "
           f"of their partition, {len(expected.late):,} of them after their minute had closed")  # fmt: skip
 
     code, log = run_app(app_yaml, bootstrap, timeout_s)
     if code != 0:
         print(log[-3000:], file=sys.stderr)
-        return [f"the app exited with code {code}"]
-    sent = asyncio.run(read_minutes(bootstrap, before, app.output, first_ms))
+        return Outcome(expected, {}, Counter(), 0, [f"the app exited with code {code}"])
+    sent = asyncio.run(read_windows(bootstrap, before, app.output, first_ms, account_and_currency))
     routed = asyncio.run(read_ids(bootstrap, before, app.late_topic, late_payment_id))
-    counted = sum(int(found) for found in LATE_COUNTED.findall(log))
+    counted = late_counted(log)
     report(app, expected, sent, routed, counted)
     ids = {str(msgpack.unpackb(payment.value)["payment_id"]) for payment in payments}
-    return check_minutes(expected.closed, sent) + check_late(expected.late, routed, ids, counted)
+    problems = check_windows(expected.closed, sent, "minute") + check_late(expected.late, routed, ids, counted)
+    return Outcome(expected, sent, routed, counted, problems)
+
+
+def late_counted(log: str) -> int:
+    """The app's count of late records, from the counters the worker logs as it stops."""
+    return sum(int(found) for found in LATE_COUNTED.findall(log))
 
 
 def report(app: MinuteApp, expected: MinuteTotals, sent: Mapping[Minute, list[int]], routed: Counter[str],
@@ -159,9 +153,8 @@ def report(app: MinuteApp, expected: MinuteTotals, sent: Mapping[Minute, list[in
     print(f"  {app.late_topic:<24}{routed.total():>9,} payments (the app counted {counted:,} late records)")
     if not sent:
         return
-    account = Counter(account for account, _, _ in sent).most_common(1)[0][0]
-    minutes = sorted((start, currency, sent[account, currency, start][-1]) for other, currency, start in sent
-                     if other == account)  # fmt: skip
+    account = Counter(key[0] for key, _, _ in sent).most_common(1)[0][0]
+    minutes = sorted((start, key[1], results[-1]) for (key, start, _), results in sent.items() if key[0] == account)
     shown = ", ".join(f"{clock(start)[11:16]} {money({currency: total})}" for start, currency, total in minutes[:4])
     print(f"  e.g. account {account}: {shown}{', ...' if len(minutes) > 4 else ''}")
 
@@ -191,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("aiokafka").setLevel(logging.ERROR)
 
     with kafka(args.keep_broker) as bootstrap:
-        problems = demo(APP_YAML, bootstrap, args.count, disorder, seed, args.timeout)
+        problems = demo(APP_YAML, bootstrap, args.count, disorder, seed, args.timeout).problems
     if problems:
         print("FAILED:", *problems, sep="\n  ", file=sys.stderr)
         return 1

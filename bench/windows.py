@@ -12,17 +12,18 @@ import asyncio
 import shutil
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bench import guarantees
 from bench.app import REPO_ROOT, AppSpec
 from bench.broker import create_topics, delete_topics, kafka
 from bench.data import fill_topic
 from bench.peers.inputs import WINDOW_MS, Input
-from bench.stateful import STORE, count_store
+from bench.stateful import STORE
 from bench.stats import median, run_directory, write_result
-from bench.throughput import Measurement, fresh_output, median_of, run_app
+from bench.throughput import Measurement, median_of, run_app
 
 WINDOW_STORE = "window"  # the Aggregate processor's name, which names its store
 # Every third round of keys is followed by a pause of this long: the keys' sessions, 60 s of gap, close.
@@ -50,20 +51,13 @@ class Case:
     guarantee: str = "at_least_once"
 
     def spec(self, bootstrap: str, topic: str, partitions: int, state_dir: Path) -> AppSpec:
-        window = WINDOWS.get(self.window or "")
-        return AppSpec(
-            app_id=f"bench-windows-{self.name}-{uuid.uuid4().hex[:8]}",
-            bootstrap=bootstrap,
-            input_topic=topic,
-            output_topic=asyncio.run(fresh_output(bootstrap, partitions)),
-            partitions=partitions,
-            processor_class="bench.processors:CountPerKey" if window is None else "processors.windows:Aggregate",
-            params={} if window is None else window_count(window),
-            guarantee=self.guarantee,
-            extra={"state_dir": str(state_dir)},
-            processor_name="count" if window is None else WINDOW_STORE,
-            stores=count_store("rocksdb") if window is None else {},
-        )
+        """The count-per-key app, or the Aggregate processor in its place, with a fresh app id and output."""
+        label = f"windows-{self.name}-"
+        count = guarantees.spec(bootstrap, topic, partitions, self.guarantee, True, state_dir, label=label)
+        if self.window is None:
+            return count
+        return replace(count, processor_class="processors.windows:Aggregate", processor_name=WINDOW_STORE,
+                       params=window_count(WINDOWS[self.window]), stores={})  # fmt: skip
 
     @property
     def store(self) -> str:

@@ -8,6 +8,7 @@ order they are produced in.
 
 from __future__ import annotations
 
+import argparse
 import heapq
 import random
 from collections.abc import Iterable, Iterator
@@ -54,3 +55,32 @@ def in_arrival_order(events: Iterable[tuple[int, Event]], disorder: Disorder, rn
         heapq.heappush(on_the_way, (time + disorder.delay(rng), sequence, event))
     while on_the_way:
         yield heapq.heappop(on_the_way)[2]
+
+
+def add_disorder_options(
+    parser: argparse.ArgumentParser, delayed_share: float, max_delay_s: float, late: tuple[float, float] | None
+) -> None:
+    """`--delayed-share` and `--max-delay-s`, and with `late` (its defaults) `--late-share` and `--late-delay-s`."""
+    parser.add_argument("--delayed-share", type=float, default=delayed_share,
+                        help=f"share held back, out of order (default {delayed_share:g}) ...")  # fmt: skip
+    parser.add_argument("--max-delay-s", type=float, default=max_delay_s,
+                        help=f"... by up to this many seconds (default {max_delay_s:g})")  # fmt: skip
+    if late is not None:
+        parser.add_argument("--late-share", type=float, default=late[0],
+                            help=f"share held back past a window's grace (default {late[0]:g}) ...")  # fmt: skip
+        parser.add_argument("--late-delay-s", type=float, default=late[1],
+                            help=f"... by this many seconds to twice that (default {late[1]:g})")  # fmt: skip
+
+
+def disorder_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Disorder:
+    """The `Disorder` the options of `add_disorder_options` ask for; a parser error if it cannot be."""
+    options = vars(args)
+    try:
+        return Disorder(
+            options["delayed_share"],
+            round(options["max_delay_s"] * 1000),
+            options.get("late_share", 0.0),
+            round(options.get("late_delay_s", 0.0) * 1000),
+        )
+    except ValueError as error:
+        parser.error(str(error))

@@ -18,22 +18,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
-import random
-import re
 import sys
 import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import msgpack
 
 from examples.acquirers.run import run_app
-from examples.broker import kafka
-from examples.disorder import Disorder
+from examples.demo_cli import clock, late_counted, run_demo
+from examples.disorder import Disorder, add_disorder_options
 from examples.minute_totals.expected import Minute, MinuteTotals, expected_totals
 from examples.payments.generate import START_MS, make_payments, produce_payments
 from examples.payments.run import ROOT, end_offsets, ensure_topics, money, read_ids
@@ -42,7 +38,6 @@ from examples.window_results import check_windows, read_windows
 from runtime.config import AppConfig, load_app
 
 APP_YAML = Path("examples/minute_totals/app.yaml")  # relative to ROOT, as a user would type it
-LATE_COUNTED = re.compile(r"'late_records': (\d+)")  # the processor's counter, in the worker's last log line
 
 
 @dataclass(frozen=True)
@@ -92,10 +87,6 @@ def check_late(expected: set[str], routed: Counter[str], ids: set[str], counted:
     return problems
 
 
-def clock(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 @dataclass(frozen=True)
 class Outcome:
     """A run of the demo: what its payments make, what the app sent, and what is wrong (nothing, when all is well)."""
@@ -140,11 +131,6 @@ def demo(app_yaml: Path, bootstrap: str, count: int, disorder: Disorder, seed: i
     return Outcome(expected, sent, routed, counted, problems)
 
 
-def late_counted(log: str) -> int:
-    """The app's count of late records, from the counters the worker logs as it stops."""
-    return sum(int(found) for found in LATE_COUNTED.findall(log))
-
-
 def report(app: MinuteApp, expected: MinuteTotals, sent: Mapping[Minute, list[int]], routed: Counter[str],
            counted: int) -> None:  # fmt: skip
     """What came out, and one account's minutes for a look."""
@@ -165,32 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         description="Produce payments out of order, run the per-minute totals app, check its totals and late payments.",
     )
     parser.add_argument("--count", type=int, default=50_000, help="payments to produce (default 50000)")
-    parser.add_argument("--delayed-share", type=float, default=0.1, help="share held back (default 0.1) ...")
-    parser.add_argument("--max-delay-s", type=float, default=15.0, help="... by up to this long (default 15)")
-    parser.add_argument("--late-share", type=float, default=0.005, help="share held back past the grace (0.005) ...")
-    parser.add_argument("--late-delay-s", type=float, default=90.0, help="... by this long to twice that (default 90)")
-    parser.add_argument("--seed", type=int, help="default: a new one each run (printed, to reproduce it)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds the app may take")
-    parser.add_argument("--keep-broker", action="store_true", help="leave a broker started here running")
-    args = parser.parse_args(argv)
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    try:
-        disorder = Disorder(
-            args.delayed_share, round(args.max_delay_s * 1000), args.late_share, round(args.late_delay_s * 1000)
-        )
-    except ValueError as error:
-        parser.error(str(error))
-    # The producers retry on their own while new topics elect their leaders; what they give up on still raises.
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    add_disorder_options(parser, delayed_share=0.1, max_delay_s=15, late=(0.005, 90))
 
-    with kafka(args.keep_broker) as bootstrap:
-        problems = demo(APP_YAML, bootstrap, args.count, disorder, seed, args.timeout).problems
-    if problems:
-        print("FAILED:", *problems, sep="\n  ", file=sys.stderr)
-        return 1
-    print("OK: every minute that closed was sent once with the total of its payments on time, "
-          "and every late payment was counted and set aside")  # fmt: skip
-    return 0
+    def run(bootstrap: str, args: argparse.Namespace, disorder: Disorder, seed: int) -> list[str]:
+        return demo(APP_YAML, bootstrap, args.count, disorder, seed, args.timeout).problems
+
+    return run_demo(parser, argv, run, "OK: every minute that closed was sent once with the total of its payments "
+                                       "on time, and every late payment was counted and set aside")  # fmt: skip
 
 
 if __name__ == "__main__":

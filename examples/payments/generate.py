@@ -26,7 +26,7 @@ from typing import Any, Final
 import msgpack
 from aiokafka import AIOKafkaProducer
 
-from examples.disorder import Disorder, in_arrival_order
+from examples.disorder import Disorder, add_disorder_options, disorder_of, in_arrival_order
 from examples.payments.processors import DEFAULT_MAX_AMOUNT_MINOR
 from stores.partitioner import partition_for
 
@@ -198,10 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poison-ratio", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--key", choices=["payment_id", "account"], default="payment_id", help="the record key")
-    parser.add_argument("--delayed-share", type=float, default=0.0, help="share of payments held back (out of order)")
-    parser.add_argument("--max-delay-s", type=float, default=0.0, help="how long, at most, for the delayed share")
-    parser.add_argument("--late-share", type=float, default=0.0, help="share of payments held back past the grace")
-    parser.add_argument("--late-delay-s", type=float, default=0.0, help="how long, at least, for the late share")
+    add_disorder_options(parser, delayed_share=0.0, max_delay_s=0.0, late=(0.0, 0.0))
     parser.add_argument(
         "--opening-totals", metavar="PATH", help="instead: write the accounts' opening totals as Parquet to PATH"
     )
@@ -214,12 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--bootstrap is required to produce payments")
     if args.count < 0 or not 0 <= args.invalid_ratio + args.poison_ratio <= 1:
         parser.error("--count must be >= 0 and the ratios must add up to at most 1")
-    try:
-        disorder = Disorder(
-            args.delayed_share, round(args.max_delay_s * 1000), args.late_share, round(args.late_delay_s * 1000)
-        )
-    except ValueError as error:
-        parser.error(str(error))
+    disorder = disorder_of(parser, args)
     counts = asyncio.run(
         generate_payments(
             args.bootstrap,

@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
-import random
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -27,9 +25,8 @@ from pathlib import Path
 
 from examples.acquirers.generate import produce
 from examples.acquirers.run import run_app
-from examples.broker import kafka
-from examples.disorder import Disorder
-from examples.minute_totals.run import clock, late_counted
+from examples.demo_cli import clock, late_counted, run_demo
+from examples.disorder import Disorder, add_disorder_options
 from examples.payments.generate import START_MS
 from examples.payments.run import ROOT, end_offsets, ensure_topics
 from examples.sessions.clicks import Activity, Session, make_activity
@@ -157,28 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--users", type=int, default=500, help="users (default 500)")
     parser.add_argument("--sessions", type=int, default=4, help="sessions per user (default 4)")
-    parser.add_argument("--delayed-share", type=float, default=0.1, help="share of clicks held back (default 0.1) ...")
-    parser.add_argument(
-        "--max-delay-s", type=float, default=20.0, help="... by up to this long (default 20; past the grace, 30, late)"
-    )
-    parser.add_argument("--seed", type=int, help="default: a new one each run (printed, to reproduce it)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds the app may take")
-    parser.add_argument("--keep-broker", action="store_true", help="leave a broker started here running")
-    args = parser.parse_args(argv)
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    try:
-        disorder = Disorder(args.delayed_share, round(args.max_delay_s * 1000))
-    except ValueError as error:
-        parser.error(str(error))
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    add_disorder_options(parser, delayed_share=0.1, max_delay_s=20, late=None)  # within the grace: none late
 
-    with kafka(args.keep_broker) as bootstrap:
-        problems = demo(APP_YAML, bootstrap, args.users, args.sessions, disorder, seed, args.timeout).problems
-    if problems:
-        print("FAILED:", *problems, sep="\n  ", file=sys.stderr)
-        return 1
-    print("OK: every session that closed was sent once, from its first click to its last, with its clicks")
-    return 0
+    def run(bootstrap: str, args: argparse.Namespace, disorder: Disorder, seed: int) -> list[str]:
+        return demo(APP_YAML, bootstrap, args.users, args.sessions, disorder, seed, args.timeout).problems
+
+    return run_demo(parser, argv, run, "OK: every session that closed was sent once, from its first click to its "
+                                       "last, with its clicks")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The per-minute totals demo: `python -m examples.minute_totals.run` (`make example-windows`).
+"""The per-minute totals demo: `python -m examples.minute_totals.run` (`make example-minutes`).
 
 Starts (or reuses) a local Kafka broker and produces payments keyed by account (the payments example's
 generator), a share of them out of order and a few so late that their minute has closed. Runs the app

@@ -7,9 +7,9 @@ account need (examples/minute_totals/).
 With `--opening-totals PATH` it writes instead, as Parquet, the totals the accounts of those payments
 held before (a bulk source to bootstrap the totals store from, see snapshot_demo.py).
 
-Values are msgpack maps, keys the UTF-8 payment id (or account). The same seed gives the same payments, so a
-run can be reproduced; a share of them is invalid on purpose (see `INVALID_KINDS`), and an
-optional share is poison (not a map, or not msgpack at all) to exercise the error policy.
+Values are msgpack maps, keys the UTF-8 payment id (or account). The same seed gives the same
+payments, so a run can be reproduced; a share of them is invalid on purpose (see `INVALID_KINDS`),
+and an optional share is poison (not a map, or not msgpack at all) to exercise the error policy.
 """
 
 from __future__ import annotations

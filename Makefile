@@ -1,11 +1,18 @@
 # The two commands of the README: `make example` and `make test`.
-.PHONY: setup example test test-jaeger lint unit bench clean
+.PHONY: setup example example-minutes example-sessions test test-jaeger lint unit bench clean
 
 setup:
 	./scripts/setup.sh
 
 example: setup
 	./scripts/run-example.sh
+
+# The windowed examples (examples/minute_totals/, examples/sessions/), each checked end to end.
+example-minutes: setup
+	.venv/bin/python -m examples.minute_totals.run
+
+example-sessions: setup
+	.venv/bin/python -m examples.sessions.run
 
 lint: setup
 	.venv/bin/ruff check .

@@ -18,9 +18,10 @@ from bench.data import BATCH_BYTES
 from bench.peers import environments
 from bench.peers.inputs import Input
 from bench.peers.peer_args import SETTINGS_PREFIX
-from bench.peers.workloads import COUNT, TRANSFORM, Workload
+from bench.peers.workloads import COUNT, TRANSFORM, WINDOW, Workload
 from bench.regression import git
 from bench.stateful import count_store
+from bench.windows import WINDOW_STORE, WINDOWS, window_count
 from runtime.devkafka import kafka_version
 
 
@@ -96,26 +97,23 @@ class RuntimeApp:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-# The runtime's app per workload kind. The window workload's joins them once the runtime has windows
-# (docs/performance.md, "The runtime's window workload"); until then the runtime skips it.
+# The runtime's app per workload kind. The window is the built-in Aggregate processor as `bench.windows`
+# runs it: its store (RocksDB, with a changelog) is declared by the processor itself.
 RUNTIME_APPS: dict[str, RuntimeApp] = {
     TRANSFORM: RuntimeApp("bench.processors:Transform", "transform"),
     COUNT: RuntimeApp("bench.processors:CountPerKey", "count", count_store("rocksdb")),
+    WINDOW: RuntimeApp("processors.windows:Aggregate", WINDOW_STORE, params=window_count(WINDOWS["tumbling"])),
 }
 
 
 class Runtime(Peer):
-    """This runtime: `python -m runtime app.yaml --until-caught-up`, the apps of `bench/processors.py`."""
+    """This runtime: `python -m runtime app.yaml --until-caught-up`, the apps of `bench/processors.py` and the
+    built-in windowed `Aggregate`."""
 
     name = "runtime"
 
     def version(self) -> str:
         return git("describe", "--always", "--dirty") or "unknown"
-
-    def skips(self, workload: Workload) -> str | None:
-        if workload.kind not in RUNTIME_APPS:
-            return "the runtime has no window processor yet"
-        return None
 
     def app(self, run: Run) -> AppSpec:
         app = RUNTIME_APPS[run.workload.kind]

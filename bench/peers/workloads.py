@@ -112,7 +112,11 @@ class CountCheck(OutputCheck):
 
 
 class WindowCheck(OutputCheck):
-    """One result per closed window, holding the window's count; none for a window still open."""
+    """One result per closed window, holding the window's count; none for a window still open.
+
+    The peers' apps write the count as `count`, as their docs' examples name it; the runtime's `Aggregate`
+    processor writes its documented output, the result as `value` (docs/windows.md).
+    """
 
     def __init__(self, source: Input) -> None:
         self._expected = source.closed_windows
@@ -122,7 +126,7 @@ class WindowCheck(OutputCheck):
     def add(self, key: str, value: Any) -> None:
         window = (key, int(value["start"]))
         self._emitted[window] += 1
-        self._wrong += self._expected.get(window) != value["count"]
+        self._wrong += self._expected.get(window) != value.get("count", value.get("value"))
 
     def result(self) -> Check:
         missing = sum(1 for window in self._expected if window not in self._emitted)

@@ -1,11 +1,15 @@
 """Payments test data: `python -m examples.payments.generate --bootstrap HOST:PORT --count N`.
 
+With `--delayed-share`, `--max-delay-s`, `--late-share` and `--late-delay-s` some payments arrive
+after later ones (examples/disorder.py); `--key account` keys them by account, as windows per
+account need (examples/minute_totals/).
+
 With `--opening-totals PATH` it writes instead, as Parquet, the totals the accounts of those payments
 held before (a bulk source to bootstrap the totals store from, see snapshot_demo.py).
 
-Values are msgpack maps, keys the UTF-8 payment id. The same seed gives the same payments, so a
-run can be reproduced; a share of them is invalid on purpose (see `INVALID_KINDS`), and an
-optional share is poison (not a map, or not msgpack at all) to exercise the error policy.
+Values are msgpack maps, keys the UTF-8 payment id (or account). The same seed gives the same
+payments, so a run can be reproduced; a share of them is invalid on purpose (see `INVALID_KINDS`),
+and an optional share is poison (not a map, or not msgpack at all) to exercise the error policy.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any, Final
 import msgpack
 from aiokafka import AIOKafkaProducer
 
+from examples.disorder import Disorder, add_disorder_options, disorder_of, in_arrival_order
 from examples.payments.processors import DEFAULT_MAX_AMOUNT_MINOR
 from stores.partitioner import partition_for
 
@@ -43,13 +48,36 @@ class Payment:
 
 
 def make_payments(
-    count: int, invalid_ratio: float = 0.05, seed: int = 1, poison_ratio: float = 0.0
+    count: int,
+    invalid_ratio: float = 0.05,
+    seed: int = 1,
+    poison_ratio: float = 0.0,
+    *,
+    start_ms: int = START_MS,
+    disorder: Disorder | None = None,
+    key_field: str = "payment_id",
 ) -> Iterator[Payment]:
-    """`count` encoded payments; each is invalid with `invalid_ratio`, poison with `poison_ratio`."""
+    """`count` encoded payments; each is invalid with `invalid_ratio`, poison with `poison_ratio`.
+
+    They are created from `start_ms` on, up to 49 ms apart, and produced in that order, or with
+    `disorder` in the order they arrive (its draws do not change the payments of a seed). Each is keyed
+    by its `key_field`: `account` puts all payments of an account in one partition, as windows per
+    account need.
+    """
+    payments = _payments(count, invalid_ratio, seed, poison_ratio, start_ms, key_field)
+    if disorder is None:
+        return (payment for _, payment in payments)
+    return in_arrival_order(payments, disorder, random.Random(f"disorder-{seed}"))
+
+
+def _payments(
+    count: int, invalid_ratio: float, seed: int, poison_ratio: float, start_ms: int, key_field: str
+) -> Iterator[tuple[int, Payment]]:
+    """(created_at, payment) in the order of creation."""
     rng = random.Random(seed)
     accounts = _accounts(rng, count)
     terminals = [f"T{rng.randrange(10**7):07d}" for _ in range(max(1, count // 200))]
-    created_at = START_MS
+    created_at = start_ms
     for _ in range(count):
         payment_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
         created_at += rng.randrange(50)
@@ -62,17 +90,18 @@ def make_payments(
             "currency": rng.choice(CURRENCIES),
             "created_at": created_at,
         }
+        key = str(payment[key_field]).encode()
         draw = rng.random()
         if draw < poison_ratio:
             # Half decode to something that is not a map, half do not decode at all.
             value = msgpack.packb([payment_id]) if rng.random() < 0.5 else b"\xc1not msgpack"
-            yield Payment(payment_id.encode(), value, POISON)
+            yield created_at, Payment(key, value, POISON)
             continue
         kind = VALID
         if draw < poison_ratio + invalid_ratio:
             kind = INVALID
             _spoil(payment, rng)
-        yield Payment(payment_id.encode(), msgpack.packb(payment), kind)
+        yield created_at, Payment(key, msgpack.packb(payment), kind)
 
 
 def _accounts(rng: random.Random, count: int) -> list[str]:
@@ -152,9 +181,12 @@ async def generate_payments(
     seed: int = 1,
     *,
     poison_ratio: float = 0.0,
+    disorder: Disorder | None = None,
+    key_field: str = "payment_id",
 ) -> dict[str, int]:
     """Produce `count` payments to an existing `topic`; returns how many were valid, invalid (and poison)."""
-    return await produce_payments(bootstrap, topic, make_payments(count, invalid_ratio, seed, poison_ratio))
+    payments = make_payments(count, invalid_ratio, seed, poison_ratio, disorder=disorder, key_field=key_field)
+    return await produce_payments(bootstrap, topic, payments)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--invalid-ratio", type=float, default=0.05)
     parser.add_argument("--poison-ratio", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--key", choices=["payment_id", "account"], default="payment_id", help="the record key")
+    add_disorder_options(parser, delayed_share=0.0, max_delay_s=0.0, late=(0.0, 0.0))
     parser.add_argument(
         "--opening-totals", metavar="PATH", help="instead: write the accounts' opening totals as Parquet to PATH"
     )
@@ -177,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--bootstrap is required to produce payments")
     if args.count < 0 or not 0 <= args.invalid_ratio + args.poison_ratio <= 1:
         parser.error("--count must be >= 0 and the ratios must add up to at most 1")
+    disorder = disorder_of(parser, args)
     counts = asyncio.run(
         generate_payments(
             args.bootstrap,
@@ -185,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
             args.invalid_ratio,
             args.seed,
             poison_ratio=args.poison_ratio,
+            disorder=disorder,
+            key_field=args.key,
         )
     )
     print(", ".join(f"{kind} {n}" for kind, n in counts.items()))

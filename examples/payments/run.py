@@ -35,6 +35,7 @@ APP_YAML = Path("examples/payments/app.yaml")  # relative to ROOT, as a user wou
 INPUT, VALID_TOPIC, REJECTED_TOPIC = "payments", "payments-valid", "payments-rejected"
 TOTALS_TOPIC = "account-totals"
 TOPIC_EXISTS = 36
+SETTLE_S = 30.0  # the longest the commit markers of an exited app's last transactions are waited for
 MAX_PASSES = 4  # --until-caught-up runs; one more than the app's stages is always enough
 
 Offsets = dict[TopicPartition, int]
@@ -73,10 +74,15 @@ async def ensure_topics(bootstrap: str, config: AppConfig) -> dict[str, int]:
 
 
 async def end_offsets(bootstrap: str, partitions: dict[str, int]) -> Offsets:
+    return await high_watermarks(bootstrap, [TopicPartition(topic, p) for topic, count in partitions.items()
+                                             for p in range(count)])  # fmt: skip
+
+
+async def high_watermarks(bootstrap: str, tps: list[TopicPartition]) -> Offsets:
+    """The offsets after the last records of `tps`, committed or not."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for topic, count in partitions.items() for p in range(count)]
         ends: Offsets = await consumer.end_offsets(tps)
         return ends
     finally:
@@ -86,12 +92,19 @@ async def end_offsets(bootstrap: str, partitions: dict[str, int]) -> Offsets:
 async def scan(
     bootstrap: str, tps: list[TopicPartition], start: Offsets | None, visit: Callable[[bytes | None, bytes], None]
 ) -> Offsets:
-    """Call `visit` with each record of `tps` from `start` (None: the beginning) to their current end."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+    """Call `visit` with each record of `tps` from `start` (None: the beginning) to their current end,
+    committed records only, as an app's consumers read them (an app under exactly-once writes in
+    transactions)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+    )
     await consumer.start()
     try:
         consumer.assign(tps)
-        ends: Offsets = await consumer.end_offsets(tps)
+        ends = await settled_ends(bootstrap, consumer, tps)
         first: Offsets = await consumer.beginning_offsets(tps) if start is None else start
         for tp in tps:
             consumer.seek(tp, first[tp])
@@ -105,6 +118,19 @@ async def scan(
         return ends
     finally:
         await consumer.stop()
+
+
+async def settled_ends(bootstrap: str, committed: AIOKafkaConsumer, tps: list[TopicPartition]) -> Offsets:
+    """How far the read_committed consumer `committed` can read, once the transactions of an app that
+    has exited are settled: the broker writes a transaction's commit markers a moment after it told the
+    producer it committed, and until then its records are not readable."""
+    high = await high_watermarks(bootstrap, tps)
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        ends: Offsets = await committed.end_offsets(tps)
+        if ends == high or time.monotonic() > deadline:
+            return ends
+        await asyncio.sleep(0.1)
 
 
 async def read_ids(

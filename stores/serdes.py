@@ -47,13 +47,23 @@ class JsonSerde:
             return _JSON_ENCODER.encode(obj).encode()
 
     def deserialize(self, data: bytes) -> Any:
-        # orjson reads an integer beyond 64 bits (below -2**63: 19 digits may do) as a float: such
-        # documents take the exact path. A flat object without floats lost nothing (the common row:
-        # checked in C); others are searched for 19 digits in a row (digits mapped to "0", all else
-        # to " ", then a substring search: a fraction of a regex's cost).
+        # orjson reads an integer beyond 64 bits (below -2**63: 19 digits may do) as a float, whose
+        # magnitude is then 2**63 or more: such documents take the exact path. A flat object (the
+        # common row) is checked value by value, a float within that range losing nothing; others are
+        # searched for 19 digits in a row (digits mapped to "0", all else to " ", then a substring
+        # search: a fraction of a regex's cost).
         value = orjson.loads(data)
-        if value.__class__ is dict and _EXACT_SCALARS.issuperset(map(type, value.values())):
-            return value
+        if value.__class__ is dict:
+            for item in value.values():
+                kind = item.__class__
+                if kind is float:
+                    if -_INT64_BOUND < item < _INT64_BOUND:
+                        continue
+                    return json.loads(data)
+                if kind is dict or kind is list:
+                    break  # nested: searched below
+            else:
+                return value
         if _NINETEEN_DIGITS in data.translate(_DIGITS_AS_ZEROS):
             return json.loads(data)
         return value
@@ -62,7 +72,7 @@ class JsonSerde:
 _JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 _DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
 _NINETEEN_DIGITS = b"0" * 19
-_EXACT_SCALARS = frozenset((str, int, bool, type(None)))
+_INT64_BOUND = 2.0**63
 
 
 class MsgpackSerde:

@@ -17,14 +17,12 @@ from aiokafka import AIOKafkaProducer
 from stores.partitioner import partition_for
 from tests.conftest import TopicNamer
 from tests.support.commands import json_lines, run_command, spawn_command
-from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.kafka_helpers import KEPT, create_topic, produce, read_topic
 from tests.support.running import write_app
 
 pytestmark = pytest.mark.anyio
 
 JANUARY = 1767225660000  # 2026-01-01T00:01:00Z
-# Records this old would go at the broker's next retention check (every 5 minutes) under the default 7 days.
-KEPT = {"retention.ms": "-1"}
 
 COMMON_LINES: list[dict[str, Any]] = [
     {"key": "a", "value": {"n": 1, "nested": [1, 2.5, None, "x", True]}, "headers": {"source": "test"},

@@ -21,7 +21,7 @@ from runtime.schema_registry.config import SchemaRegistryConfig
 from runtime.schema_registry.serdes import registry_serde
 from tests.conftest import TopicNamer
 from tests.support.commands import json_lines, run_command
-from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.kafka_helpers import KEPT, create_topic, produce, read_topic
 from tests.support.running import spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
@@ -197,9 +197,9 @@ async def test_produce_and_consume_round_trip_avro_and_json_schema_values(
         "kafka": {"bootstrap_servers": kafka_bootstrap},
         "schema_registry": {"url": schema_registry},
         "topics": {
-            payments: {"key_serde": "str", "value_serde": "avro",
+            payments: {"key_serde": "str", "value_serde": "avro", "config": KEPT,
                        "value_schema": str(schema_file(tmp_path, "payment.avsc", PAYMENT_V2))},
-            orders: {"key_serde": "str", "value_serde": "json_schema",
+            orders: {"key_serde": "str", "value_serde": "json_schema", "config": KEPT,
                      "value_schema": str(schema_file(tmp_path, "order.json", ORDER))},
         },
         "processors": [{"name": "p", "class": "tests.support.apps:Echo", "inputs": [payments]}],

@@ -10,6 +10,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from runtime.kafka.topics import describe_partitions
 
+# For topics given records with fixed, old timestamps: under the default 7 days of retention they would
+# go at the broker's next retention check (every 5 minutes), in the middle of a test.
+KEPT = {"retention.ms": "-1"}
+
 
 async def create_topic(bootstrap: str, topic: str, partitions: int = 1, configs: dict[str, str] | None = None) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)

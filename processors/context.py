@@ -48,10 +48,14 @@ class Context(ABC):
         value: Any,
         key: Any = None,
         headers: Sequence[tuple[str, bytes]] | None = None,
+        timestamp: int | None = None,
     ) -> None:
         """Queue a record for one of the processor's outputs, encoded with the topic's serdes.
 
-        The partition is Kafka's default: murmur2 of the encoded key, as a Java producer picks it.
+        The partition is Kafka's default: murmur2 of the encoded key, as a Java producer picks it. The
+        timestamp (epoch ms) is `timestamp` when given, else the event time of the record being
+        processed, so a downstream app sees the time the record is about; in a punctuation, the time
+        it fired for (the stream time, or the wall clock's).
         """
 
     @abstractmethod

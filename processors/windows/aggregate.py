@@ -21,7 +21,7 @@ from processors.windows.windowing import Windowing, WindowResult
 class Aggregate(Processor):
     """Aggregates the records of each group key and window, and sends each window's result to
     `params.output`: the key is the group key (so the output is partitioned by it), the value
-    `{"start": ms, "end": ms, "value": result}`.
+    `{"start": ms, "end": ms, "value": result}`, its timestamp the last millisecond of the window.
 
     The stream time is the store's (`advance`d by each record's timestamp), so it is committed, logged
     and restored with the windows it closed. A late record is counted (`late_records`) and dropped, or
@@ -47,6 +47,9 @@ class Aggregate(Processor):
         name, final = params.store_name(ctx.processor_name), params.emit == "final"
         self.windowing: Windowing
         self.store: WindowStore | SessionStore
+        # A result's timestamp is the last millisecond its window covers (as Flink's `maxTimestamp`), so a
+        # downstream app windowing the results by event time puts each in the window it summarises.
+        self.end_excluded = int(not isinstance(definition, Session | Sliding))
         if isinstance(definition, Session):
             self.store = sessions = ctx.session_store(name)
             self.windowing = SessionWindows(definition, aggregation, sessions, final)
@@ -96,7 +99,7 @@ class Aggregate(Processor):
 
     def _send(self, result: WindowResult, ctx: Context) -> None:
         value = {"start": result.start, "end": result.end, "value": self.aggregation.result(result.aggregate)}
-        ctx.send(self.output, value, key=result.key)
+        ctx.send(self.output, value, key=result.key, timestamp=result.end - self.end_excluded)
 
 
 def _field(record: Record, name: str) -> Any:

@@ -75,6 +75,9 @@ class TaskContext(Context):
     stream_time_punctuators: list[StreamTimePunctuator] = field(default_factory=list)
     # `stream_time`, as a plain attribute: the task's loop compares each record's timestamp with it.
     latest_timestamp: int = -1
+    # The timestamp of outputs sent without one: the event time of the record being processed, the
+    # time a punctuation fired for; None elsewhere (`init`, `flush`), where the producer's clock gives it.
+    output_time: int | None = None
     # One lookup per `send` finds both encoders and the topic's limits, and an output not declared is
     # simply missing. A record whose key and value bytes stay within `plain_bytes` (at most a traceparent
     # besides) fits; a key-less one counts `keyless` (past `plain_bytes` when the topic needs a key).
@@ -144,7 +147,12 @@ class TaskContext(Context):
         value: Any,
         key: Any = None,
         headers: Sequence[tuple[str, bytes]] | None = None,
+        timestamp: int | None = None,
     ) -> None:
+        if timestamp is None:
+            timestamp = self.output_time
+        elif timestamp.__class__ is not int or timestamp < 0:
+            raise ValueError(f"timestamp must be epoch milliseconds, an int of at least 0, not {timestamp!r}")
         try:
             encode_key, encode_value, plain_bytes, keyless, limits = self._encoders[topic]
         except KeyError:
@@ -172,7 +180,7 @@ class TaskContext(Context):
                 if refusal is not None:
                     raise RecordRefused(refusal)
             check_record(topic, key_bytes, value_bytes, carried, limits)
-        self.pending.append((topic, key_bytes, value_bytes, carried, None, self.source, self._processor_name))
+        self.pending.append((topic, key_bytes, value_bytes, carried, timestamp, self.source, self._processor_name))
 
     def store(self, name: str) -> KeyValueStore:
         entry = self._declared(name)

@@ -107,7 +107,7 @@ class RecordLoop:
                     if timestamp >= punctuation_due:
                         self.interrupted = True  # after this record
                 released = len(pending)
-                context.source = raw
+                context.source, context.output_time = raw, timestamp
                 try:
                     if is_async:
                         await process(record, context)  # type: ignore[misc]
@@ -119,7 +119,7 @@ class RecordLoop:
                     processed += 1
                 done = raw.offset + 1
         finally:
-            context.source = None  # punctuations' outputs belong to no record
+            context.source = context.output_time = None  # punctuations' outputs belong to no record
             self._on_batch_done(tp, done, processed)
         return []
 
@@ -162,7 +162,7 @@ class RecordLoop:
                         if timestamp >= punctuation_due:
                             self.interrupted = True  # after this record
                     released = len(pending)
-                    context.source = raw
+                    context.source, context.output_time = raw, timestamp
                     started = time.perf_counter() if timed else 0.0
                     try:
                         if decision.__class__ in carried_classes:  # no span: the decision is what outputs carry
@@ -182,7 +182,7 @@ class RecordLoop:
                         metrics.record_processing((time.perf_counter() - started) * 1000, name)
                     done = raw.offset + 1
         finally:
-            context.trace_fields, context.source = UNTRACED, None  # punctuations' outputs belong to no record
+            context.trace_fields, context.source, context.output_time = UNTRACED, None, None  # nor to a record
             self._on_batch_done(tp, done, processed)
         return []
 

@@ -341,16 +341,19 @@ class Task:
         for punctuator in self._context.punctuators:
             if punctuator.due <= now:
                 punctuator.due = now + punctuator.every_s
-                await self._run_punctuation(punctuator.callback)
+                await self._run_punctuation(punctuator.callback, time.time_ns() // 1_000_000)
         stream_time = self._context.latest_timestamp
         for stream_punctuator in self._context.stream_time_punctuators:
             if stream_punctuator.due <= stream_time:
                 stream_punctuator.schedule_after(stream_time)
-                await self._run_punctuation(stream_punctuator.callback)
+                await self._run_punctuation(stream_punctuator.callback, stream_time)
 
-    async def _run_punctuation(self, callback: Punctuation) -> None:
-        pending = self._context.pending
+    async def _run_punctuation(self, callback: Punctuation, fired_for: int) -> None:
+        """Runs `callback`, its outputs stamped with `fired_for` unless it gives them a timestamp."""
+        context = self._context
+        pending = context.pending
         released = len(pending)
+        context.output_time = fired_for
         try:
             await settle(callback())
         except Exception as error:  # nothing of a failed punctuation escapes
@@ -359,6 +362,8 @@ class Task:
                 raise self._lifecycle_failed("a punctuation", error) from error
             self._services.counters.skipped += 1
             log.warning("a punctuation of task %s failed (%r); skipped", self.id, error)
+        finally:
+            context.output_time = None
         self._release_outputs()
 
     async def _admit(self, tp: TopicPartition, records: list[Any]) -> list[Any]:

@@ -39,3 +39,29 @@ class Ticks(Stamp):
 
     def tick(self) -> None:
         self.ctx.send(self.output, {"tick": self.ctx.stream_time, "seen": self.seen}, key="ticks")
+
+
+class Stamped(Processor):
+    """For each record, one output with no timestamp of its own and one with `params.shift_ms` added to
+    the record's (a record whose value has `shift_ms` gives that instead, wrong as it may be); a
+    stream-time punctuation every `params.every_ms` and a wall-clock one every 50 ms each send the
+    stream time they saw. Outputs go to `params.output`, keyed by what made them."""
+
+    def init(self, ctx: Context) -> None:
+        self.ctx, self.output, self.shift = ctx, str(ctx.params["output"]), int(ctx.params["shift_ms"])
+        self.ticked = False
+        ctx.schedule(int(ctx.params["every_ms"]), self.stream_tick, time="stream_time")
+        ctx.schedule(50, self.wall_tick)
+
+    def process(self, record: Record, ctx: Context) -> None:
+        ctx.send(self.output, {"at": record.timestamp}, key="record")
+        shift = record.value.get("shift_ms", self.shift)
+        ctx.send(self.output, {"at": record.timestamp}, key="shifted", timestamp=record.timestamp + shift)
+
+    def stream_tick(self) -> None:
+        self.ctx.send(self.output, {"stream_time": self.ctx.stream_time}, key="stream_tick")
+
+    def wall_tick(self) -> None:
+        if not self.ticked:  # once is enough
+            self.ticked = True
+            self.ctx.send(self.output, {"stream_time": self.ctx.stream_time}, key="wall_tick")

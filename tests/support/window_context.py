@@ -18,6 +18,7 @@ class Sent(NamedTuple):
     key: Any
     value: Any
     headers: tuple[tuple[str, bytes], ...]
+    timestamp: int | None = None
 
 
 class WindowContext(Context):
@@ -59,8 +60,15 @@ class WindowContext(Context):
     def params(self) -> Mapping[str, Any]:
         return self._params
 
-    def send(self, topic: str, value: Any, key: Any = None, headers: Sequence[tuple[str, bytes]] | None = None) -> None:
-        self.sent.append(Sent(topic, key, value, tuple(headers or ())))
+    def send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+        timestamp: int | None = None,
+    ) -> None:
+        self.sent.append(Sent(topic, key, value, tuple(headers or ()), timestamp))
 
     def store(self, name: str) -> KeyValueStore:
         raise AssertionError("window processors keep no key-value store")

@@ -51,7 +51,14 @@ class FakeContext(Context):
     def stream_time(self) -> int:
         return -1
 
-    def send(self, topic: str, value: Any, key: Any = None, headers: Sequence[tuple[str, bytes]] | None = None) -> None:
+    def send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+        timestamp: int | None = None,
+    ) -> None:
         self.sent.append((topic, key, value))
 
     def store(self, name: str) -> KeyValueStore:

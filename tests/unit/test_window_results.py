@@ -82,10 +82,12 @@ def test_final_results_equal_the_reference(kind: str, data: st.DataObject, recor
     context = run(params, records)
     expected = expected_for(window, records)
 
-    emitted = Counter((sent.key, sent.value["start"], sent.value["end"], frozen(sent.value["value"]))
-                      for sent in context.taken("out"))  # fmt: skip
+    out = context.taken("out")
+    emitted = Counter((sent.key, sent.value["start"], sent.value["end"], frozen(sent.value["value"])) for sent in out)
     assert emitted == results(expected.closed(), aggregation)
     assert max(emitted.values(), default=1) == 1, "a window's final result was emitted twice"
+    last_ms = [sent.value["end"] - (kind in ("tumbling", "hopping")) for sent in out]
+    assert [sent.timestamp for sent in out] == last_ms, "a result's timestamp is the last millisecond of its window"
     late = context.taken("late")
     assert [int(dict(sent.headers)["source.offset"]) for sent in late] == expected.late
     assert [(sent.key, sent.value) for sent in late] == [(records[n][0], {"n": records[n][2]}) for n in expected.late]

@@ -31,9 +31,9 @@ from examples.acquirers.run import run_app
 from examples.demo_cli import clock, late_counted, run_demo
 from examples.disorder import Disorder, add_disorder_options
 from examples.minute_totals.expected import Minute, MinuteTotals, expected_totals
-from examples.payments.generate import START_MS, make_payments, produce_payments
+from examples.payments.generate import Payment, make_payments, produce_payments
 from examples.payments.run import ROOT, end_offsets, ensure_topics, money, read_ids
-from examples.timeline import start_after
+from examples.timeline import a_day_ago, reaches_past_the_clock, start_after, start_over
 from examples.window_results import check_windows, read_windows
 from runtime.config import AppConfig, load_app
 
@@ -104,11 +104,18 @@ def demo(app_yaml: Path, bootstrap: str, count: int, disorder: Disorder, seed: i
     app = MinuteApp.of(config)
     partitions = asyncio.run(ensure_topics(bootstrap, config))
     first_ms = asyncio.run(
-        start_after(bootstrap, app.input, partitions[app.input], created_at, START_MS, app.size_ms + app.grace_ms)
+        start_after(bootstrap, app.input, partitions[app.input], created_at, app.size_ms + app.grace_ms)
     )
-    payments = list(
-        make_payments(count, invalid_ratio=0, seed=seed, start_ms=first_ms, disorder=disorder, key_field="account")
-    )
+
+    def payments_from(start_ms: int) -> list[Payment]:
+        return list(make_payments(count, invalid_ratio=0, seed=seed, start_ms=start_ms, disorder=disorder,
+                                  key_field="account"))  # fmt: skip
+
+    payments = payments_from(first_ms)
+    if reaches_past_the_clock(max(created_at(payment.value) for payment in payments)):
+        start_over(app_yaml, bootstrap, app.input, partitions[app.input])
+        first_ms = a_day_ago()
+        payments = payments_from(first_ms)
     expected = expected_totals(payments, partitions[app.input], app.size_ms, app.grace_ms)
     before = asyncio.run(end_offsets(bootstrap, {topic: partitions[topic] for topic in (app.output, app.late_topic)}))
     started = time.perf_counter()

@@ -27,10 +27,9 @@ from examples.acquirers.generate import produce
 from examples.acquirers.run import run_app
 from examples.demo_cli import clock, late_counted, run_demo
 from examples.disorder import Disorder, add_disorder_options
-from examples.payments.generate import START_MS
 from examples.payments.run import ROOT, end_offsets, ensure_topics
 from examples.sessions.clicks import Activity, Session, make_activity
-from examples.timeline import start_after
+from examples.timeline import a_day_ago, reaches_past_the_clock, start_after, start_over
 from examples.window_results import check_windows, read_windows
 from runtime.config import AppConfig, load_app
 from stores.partitioner import partition_for
@@ -98,9 +97,13 @@ def demo(app_yaml: Path, bootstrap: str, users: int, sessions: int, disorder: Di
     app = SessionApp.of(config)
     partitions = asyncio.run(ensure_topics(bootstrap, config))
     first_ms = asyncio.run(
-        start_after(bootstrap, app.input, partitions[app.input], click_time, START_MS, app.gap_ms + app.grace_ms)
+        start_after(bootstrap, app.input, partitions[app.input], click_time, app.gap_ms + app.grace_ms)
     )
     activity = make_activity(users, sessions, app.gap_ms, first_ms, seed, disorder)
+    if reaches_past_the_clock(max(click.at for click in activity.clicks)):
+        start_over(app_yaml, bootstrap, app.input, partitions[app.input])
+        first_ms = a_day_ago()
+        activity = make_activity(users, sessions, app.gap_ms, first_ms, seed, disorder)
     closed, still_open = closed_sessions(app, activity, partitions[app.input])
     before = asyncio.run(end_offsets(bootstrap, {app.output: partitions[app.output]}))
     asyncio.run(produce(bootstrap, app.input, (click.record() for click in activity.clicks)))

@@ -64,3 +64,30 @@ async def test_outputs_take_their_records_event_time_or_the_one_given_and_punctu
     assert dict(letter.headers)["error.message"] == (
         f"timestamp must be epoch milliseconds, an int of at least 0, not {-10_000}".encode()
     )
+
+
+async def test_event_time_goes_on_through_two_processors(kafka_bootstrap: str, topic_name: TopicNamer) -> None:
+    source, middle, sink = topic_name("in"), topic_name("middle"), topic_name("out")
+    await create_topic(kafka_bootstrap, source, 2)
+    event_times = [BASE + 1000 * i for i in range(20)]
+    await produce_timed(kafka_bootstrap, source, [(i % 2, None, {"at": at}) for i, at in enumerate(event_times)])
+    app = {
+        "app_id": topic_name("app"),
+        "topics": {source: {"partitions": 2, "timestamp": {"field": "at"}}, middle: {"partitions": 2},
+                   sink: {"partitions": 2, "key_serde": "str"}},
+        "processors": [
+            {"name": "first", "class": "tests.support.apps:Echo", "inputs": [source], "outputs": [middle],
+             "params": {"output": middle}},
+            {"name": "second", "class": "tests.support.event_time_apps:Stamp", "inputs": [middle],
+             "outputs": [sink], "params": {"output": sink}},
+        ],
+    }  # fmt: skip
+    for _ in range(3):  # a bounded run of the second processor reads what the first had sent when it started
+        await asyncio.wait_for(Worker(parse_app(app), kafka_bootstrap, until_caught_up=True).run(), 60)
+        if len(sent := await read_topic(kafka_bootstrap, sink)) == len(event_times):
+            break
+
+    # The second processor reads the event time as its input's Kafka timestamp, and passes it on.
+    assert sorted((record.timestamp, msgpack.unpackb(record.value)["t"]) for record in sent) == [
+        (at, at) for at in event_times
+    ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.app import REPO_ROOT, AppSpec
+from bench.app import REPO_ROOT, AppSpec, python_path
 from bench.broker import create_topics, kafka
 from bench.data import fill_topic
 from bench.stats import run_directory, write_result
@@ -30,6 +31,7 @@ from tests.support.otlp_receiver import OtlpReceiver
 
 VARIANTS = {"none": None, "ratio 0": 0.0, "ratio 0.01": 0.01}
 INSTRUCTIONS = re.compile(r"I\s+refs:\s+([\d,]+)")
+REVOKED = re.compile(r"'revocations': [1-9]")
 PARTITIONS = 6
 # Under cachegrind a run takes minutes: work on a clock (commits) would count many times over.
 COMMIT_INTERVAL_MS = 3_600_000
@@ -43,16 +45,22 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def instructions(spec: AppSpec, workdir: Path) -> int:
-    """Instructions the runtime executed to process `spec`'s input until caught up."""
+def instructions(spec: AppSpec, workdir: Path, tree: Path = REPO_ROOT) -> int:
+    """Instructions the runtime of `tree` executed to process `spec`'s input until caught up."""
     log = workdir / f"{spec.app_id}.log"
     command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
                sys.executable, "-m", "runtime", str(spec.write(workdir)), "--until-caught-up"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": python_path(tree)}
     with log.open("wb") as output:
-        code = subprocess.run(command, cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT, check=False).returncode
-    found = INSTRUCTIONS.findall(log.read_text())
+        code = subprocess.run(
+            command, cwd=tree, env=env, stdout=output, stderr=subprocess.STDOUT, check=False
+        ).returncode
+    text = log.read_text()
+    found = INSTRUCTIONS.findall(text)
     if code != 0 or not found:
         raise RuntimeError(f"the runtime under cachegrind exited with {code}; log {log}")
+    if REVOKED.search(text):
+        raise RuntimeError(f"the group rebalanced during the run, so records were processed twice; log {log}")
     return int(found[-1].replace(",", ""))
 
 

@@ -3,6 +3,11 @@ on the same inputs, for the stateless and the stateful app, msgpack and JSON val
 exactly-once.
 
     python -m bench.regression --baseline REV [--records 1000000] [--keys 100000] [--runs 3] [--bootstrap HOST:PORT]
+
+With `--instructions`, each tree's runtime runs under cachegrind instead, and what is compared is the
+instructions it executes per record: (count over --records - count over --small) / the difference, so
+start-up cancels out. Load on the machine moves wall-clock ratios by a tenth from run to run; it does
+not move instruction counts. Give it about --records 100000: a run under cachegrind is ~50x slower.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +27,7 @@ from bench.app import REPO_ROOT
 from bench.broker import create_topics, delete_topics, kafka
 from bench.data import fill_topic
 from bench.guarantees import GUARANTEES, spec
+from bench.instructions import instructions
 from bench.stateful import STORE
 from bench.stats import median, run_directory, write_result
 from bench.throughput import Measurement, describe, median_of, run_app
@@ -29,6 +35,7 @@ from bench.throughput import Measurement, describe, median_of, run_app
 SERDES = ("msgpack", "json")
 # A median ratio below 1 - TOLERANCE is flagged in the summary.
 TOLERANCE = 0.02
+INSTRUCTIONS_COMMIT_INTERVAL_MS = 10_000
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local broker")
+    parser.add_argument("--instructions", action="store_true", help="compare instructions per record (cachegrind)")
+    parser.add_argument("--small", type=int, default=2_000, help="with --instructions: the input subtracted")
     parser.add_argument(
         "--cases",
         nargs="+",
@@ -136,6 +145,42 @@ def run_case(
         shutil.rmtree(state / app.app_id, ignore_errors=True)
         asyncio.run(delete_topics(bootstrap, [f"{app.app_id}-{STORE}-changelog"]))
     return measured
+
+
+def instructions_per_record(
+    bootstrap: str, case: Case, tree: Tree, topics: dict[int, str], args: argparse.Namespace, workdir: Path, state: Path
+) -> float:
+    """`tree`'s instructions per record on `case`, from a run over each of the two inputs in `topics` (by size)."""
+    counted: dict[int, int] = {}
+    for size, topic in topics.items():
+        app = spec(bootstrap, topic, args.partitions, case.guarantee, case.stateful, state, case.serde,
+                   f"{tree.label}-{case.serde}-")  # fmt: skip
+        # Commits on a clock would count more often under cachegrind; a transaction must end within a minute.
+        # A run ~50x slower must not miss the group's heartbeats: a rebalance would count records twice.
+        kafka = {**app.to_yaml()["kafka"], "consumer": {"session_timeout_ms": 300_000}}
+        app = replace(app, extra={**app.extra, "commit_interval_ms": INSTRUCTIONS_COMMIT_INTERVAL_MS, "kafka": kafka})
+        counted[size] = instructions(app, workdir, tree.path)
+        if case.stateful:
+            shutil.rmtree(state / app.app_id, ignore_errors=True)
+            asyncio.run(delete_topics(bootstrap, [f"{app.app_id}-{STORE}-changelog"]))
+        asyncio.run(delete_topics(bootstrap, [app.output_topic]))
+    (large, large_count), (small, small_count) = sorted(counted.items(), reverse=True)
+    return (large_count - small_count) / (large - small)
+
+
+def compare_instructions(
+    bootstrap: str, trees: tuple[Tree, Tree], inputs: dict[str, dict[int, str]], args: argparse.Namespace,
+    workdir: Path, state: Path,
+) -> dict[str, dict[str, float]]:  # fmt: skip
+    """Per case: each tree's instructions per record, and baseline / current (above 1: the current tree does less)."""
+    summary: dict[str, dict[str, float]] = {}
+    for case in chosen(args.cases):
+        baseline, current = (
+            instructions_per_record(bootstrap, case, tree, inputs[case.serde], args, workdir, state) for tree in trees
+        )
+        summary[case.name] = {"baseline": baseline, "current": current, "ratio": baseline / current}
+        print(f"{case.name:34}{baseline:12,.0f}{current:12,.0f}{baseline / current:8.3f}", flush=True)
+    return summary
 
 
 def chosen(words: list[str] | None) -> list[Case]:
@@ -201,6 +246,22 @@ def main() -> None:
                 fill_topic(bootstrap, topic, args.records, args.partitions, args.keys, value_serde=serde)
             )
             print(f"  produced at {fill_rates[serde]:,.0f} rec/s")
+        if args.instructions:
+            small = {serde: f"bench-in-{serde}-{uuid.uuid4().hex[:8]}" for serde in SERDES}
+            asyncio.run(create_topics(bootstrap, dict.fromkeys(small.values(), args.partitions)))
+            for serde, topic in small.items():
+                asyncio.run(fill_topic(bootstrap, topic, args.small, args.partitions, args.keys, value_serde=serde))
+            sizes = {serde: {args.records: inputs[serde], args.small: small[serde]} for serde in SERDES}
+            print(f"instructions per record under cachegrind: {'baseline':>12}{'current':>12}{'ratio':>8}")
+            counts = compare_instructions(bootstrap, trees, sizes, args, workdir, Path(state))
+            asyncio.run(delete_topics(bootstrap, [*inputs.values(), *small.values()]))
+            path = write_result(workdir, "regression-instructions", {
+                "baseline": {"commit": baseline.commit}, "current": {"tree": str(REPO_ROOT), "commit": current.commit},
+                "records": args.records, "small": args.small, "keys": args.keys, "partitions": args.partitions,
+                "per_record": counts,
+            })  # fmt: skip
+            print(f"result: {path.relative_to(REPO_ROOT)} ({(time.perf_counter() - started) / 60:.1f} min in all)")
+            return
         for run in range(1, args.runs + 1):
             for case in chosen(args.cases):
                 topic = inputs[case.serde]

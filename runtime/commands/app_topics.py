@@ -17,3 +17,9 @@ def changelog_topics(app: AppConfig) -> dict[str, str]:
 
 def app_topics(app: AppConfig) -> list[str]:
     return sorted({*app.topics, *changelog_topics(app), *(spec.topic for spec in app.global_stores.values())})
+
+
+def intermediate_topics(app: AppConfig) -> set[str]:
+    """The topics the app writes and reads itself: one processor's outputs, another's inputs."""
+    written = {topic for processor in app.processors for topic in processor.outputs}
+    return {topic for processor in app.processors for topic in processor.inputs if topic in written}

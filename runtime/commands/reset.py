@@ -1,5 +1,9 @@
 """`python -m runtime reset app.yaml`: the app's committed offsets moved, as Kafka's application reset tool
-does, and optionally its local state and changelogs deleted, so that it processes its inputs again."""
+does, and optionally its local state and changelogs deleted, so that it processes its inputs again.
+
+An intermediate topic (one processor's output, another's input) goes to its end whatever the target, as
+with Kafka's tool: what is in it came from inputs that are processed again, which write it anew, so
+reading it again too would take each of those records through the rest of the app twice."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from runtime.commands.app_topics import changelog_topics
+from runtime.commands.app_topics import changelog_topics, intermediate_topics
 from runtime.commands.cluster import Cluster, CommandFailed, connect
 from runtime.commands.positions import Position, offsets_at, position_type
 from runtime.commands.running import command_parser, run
@@ -23,6 +27,7 @@ from runtime.kafka.topics import describe_partitions
 
 EPILOG = """\
 Every worker of the app must be stopped first: a group with active members is refused.
+Intermediate topics (written by one of the app's processors, read by another) go to their end.
 The local state is deleted on this machine only; delete it where other workers ran, or delete the
 changelogs too (--delete-changelogs), which makes every worker rebuild its stores from nothing.
 
@@ -37,6 +42,7 @@ examples:
 class ResetPlan:
     group: str
     offsets: dict[TopicPartition, tuple[int | None, int]]  # partition -> (committed now, new)
+    intermediate: set[str]  # topics the app writes itself: to their end
     missing_inputs: list[str]
     changelogs: list[str]  # to delete
     state_dir: Path | None  # to delete
@@ -46,7 +52,8 @@ class ResetPlan:
         width = max((len(f"{tp.topic}[{tp.partition}]") for tp in self.offsets), default=0)
         for tp, (now, new) in sorted(self.offsets.items()):
             name = f"{tp.topic}[{tp.partition}]"
-            lines.append(f"  {name:<{width}}  {'none' if now is None else now} -> {new}")
+            to_end = "  (intermediate: to its end)" if tp.topic in self.intermediate else ""
+            lines.append(f"  {name:<{width}}  {'none' if now is None else now} -> {new}{to_end}")
         lines += [f"  {topic}: does not exist, nothing to reset" for topic in self.missing_inputs]
         lines += [f"delete changelog topic {topic}" for topic in self.changelogs]
         if self.state_dir is not None:
@@ -78,13 +85,16 @@ async def plan(cluster: Cluster, admin: AIOKafkaAdminClient, args: argparse.Name
     counts = await describe_partitions(admin, inputs)
     partitions = [TopicPartition(topic, p) for topic in inputs if topic in counts for p in range(counts[topic])]
     committed: dict[TopicPartition, Any] = await admin.list_consumer_group_offsets(app.group_id)
-    targets = await _targets(cluster, partitions, args.to) if partitions else {}
+    intermediate = intermediate_topics(app)
+    targets = await _targets(cluster, [tp for tp in partitions if tp.topic not in intermediate], args.to)
+    targets |= await _targets(cluster, [tp for tp in partitions if tp.topic in intermediate], Position("end"))
     now = {tp: committed[tp].offset if tp in committed and committed[tp].offset >= 0 else None for tp in partitions}
     changelogs = sorted(changelog_topics(app)) if args.delete_changelogs else []
     state_dir = app.state_dir / app.app_id
     return ResetPlan(
         group=app.group_id,
         offsets={tp: (now[tp], targets[tp]) for tp in partitions},
+        intermediate=intermediate,
         missing_inputs=[topic for topic in inputs if topic not in counts],
         changelogs=sorted((await describe_partitions(admin, changelogs)).keys()) if changelogs else [],
         state_dir=state_dir if args.delete_state and state_dir.exists() else None,
@@ -120,6 +130,8 @@ async def reset(cluster: Cluster, args: argparse.Namespace) -> int:
 
 
 async def _targets(cluster: Cluster, partitions: list[TopicPartition], to: Position) -> dict[TopicPartition, int]:
+    if not partitions:
+        return {}
     consumer = cluster.consumer(group_id=None)
     await consumer.start()
     try:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 from runtime.config import parse_app
@@ -161,3 +162,44 @@ async def test_reset_with_its_state_and_changelogs_deleted_starts_the_app_from_s
 
     await run_until_caught_up(app, kafka_bootstrap)
     assert await final_counts(kafka_bootstrap, sink) == true_counts(40), "counted again from nothing"
+
+
+async def test_reset_takes_an_intermediate_topic_to_its_end_so_its_records_go_through_once_more_not_twice(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    source, middle, sink = topic_name("in"), topic_name("mid"), topic_name("out")
+    app = {
+        "app_id": topic_name("app"),
+        "kafka": {"bootstrap_servers": kafka_bootstrap},
+        "topics": {topic: {"key_serde": "str"} for topic in (source, middle, sink)},
+        "processors": [
+            {"name": "first", "class": "tests.support.apps:Echo", "inputs": [source], "outputs": [middle],
+             "params": {"output": middle}},
+            {"name": "second", "class": "tests.support.apps:Echo", "inputs": [middle], "outputs": [sink],
+             "params": {"output": sink}},
+        ],
+    }  # fmt: skip
+    path = write_app(tmp_path, app)
+    await create_topic(kafka_bootstrap, source, 1)
+    await produce(kafka_bootstrap, source, numbered(20))
+
+    async def twice() -> None:
+        """A bounded run ends at the offsets its start found: the second reads what the first wrote."""
+        for _ in range(2):
+            await run_until_caught_up(app, kafka_bootstrap)
+
+    await twice()
+    assert len(await read_topic(kafka_bootstrap, sink)) == 20
+
+    dry = run_command(kafka_bootstrap, "reset", str(path), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    plan = [" ".join(line.split()) for line in dry.stdout.splitlines()]  # names are padded to one width
+    assert f"{source}[0] 20 -> 0" in plan
+    assert f"{middle}[0] 20 -> 20 (intermediate: to its end)" in plan
+    assert run_command(kafka_bootstrap, "reset", str(path)).returncode == 0
+
+    await twice()
+    assert len(await read_topic(kafka_bootstrap, middle)) == 40
+    outputs = [msgpack.unpackb(record.value) for record in await read_topic(kafka_bootstrap, sink)]
+    assert len(outputs) == 40, "each input once more through both processors, not the old middle records again"
+    assert [output["src"] for output in outputs[20:]] == [[0, offset] for offset in range(20, 40)]

@@ -124,7 +124,7 @@ async def produce(cluster: Cluster, args: argparse.Namespace, source: BinaryIO, 
     producer = cluster.producer()
     await producer.start()
     loop = asyncio.get_running_loop()
-    started, sent = loop.time(), 0
+    next_at, sent = loop.time(), 0  # with --rate: when the next record may go
     acknowledgements: list[asyncio.Future[Any]] = []
     try:
         async for number, line in numbered_lines(source):
@@ -133,7 +133,7 @@ async def produce(cluster: Cluster, args: argparse.Namespace, source: BinaryIO, 
             except ValueError as error:
                 raise CommandFailed(f"{source_name}, line {number}: {error}; {_produced_before(sent)}") from None
             if args.rate is not None:
-                await asyncio.sleep(max(0.0, started + sent / args.rate - loop.time()))
+                next_at = await _paced(loop, next_at, 1 / args.rate)
             try:
                 acknowledgements.append(
                     await producer.send(
@@ -152,6 +152,16 @@ async def produce(cluster: Cluster, args: argparse.Namespace, source: BinaryIO, 
         await producer.stop()
     print(f"produced {_records(sent)} to {args.topic}", file=sys.stderr)
     return 0
+
+
+async def _paced(loop: asyncio.AbstractEventLoop, due: float, interval: float) -> float:
+    """Waits until `due`; returns when the record after this one is due. A record that comes later than
+    its turn (the input paused) starts the pace anew from now: a pause earns no burst above the rate."""
+    now = loop.time()
+    if due > now:
+        await asyncio.sleep(due - now)
+        return due + interval
+    return now + interval
 
 
 def _records(count: int) -> str:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,9 +19,9 @@ from aiokafka import AIOKafkaProducer
 
 from stores.partitioner import partition_for
 from tests.conftest import TopicNamer
-from tests.support.commands import json_lines, run_command, spawn_command
+from tests.support.commands import command_env, json_lines, run_command, spawn_command
 from tests.support.kafka_helpers import KEPT, create_topic, produce, read_topic
-from tests.support.running import write_app
+from tests.support.running import REPO, write_app
 
 pytestmark = pytest.mark.anyio
 
@@ -215,6 +218,35 @@ async def test_produce_names_the_line_it_cannot_take_after_producing_those_befor
 
     missing = run_command(kafka_bootstrap, "produce", topic_name("nowhere"), stdin="{}")
     assert missing.returncode == 1 and "does not exist at" in missing.stderr
+
+
+async def test_produce_sends_each_line_as_it_comes_and_a_pause_earns_no_burst_above_the_rate(
+    kafka_bootstrap: str, topic_name: TopicNamer
+) -> None:
+    topic = topic_name("paced")
+    await create_topic(kafka_bootstrap, topic)
+    producing = subprocess.Popen(  # noqa: ASYNC220 (its input is written while the test reads the topic)
+        [sys.executable, "-m", "runtime", "produce", topic, "--rate", "10"],
+        stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=command_env(kafka_bootstrap), cwd=REPO,
+    )  # fmt: skip
+    assert producing.stdin is not None
+    try:
+        producing.stdin.write('{"value": "first"}\n')
+        producing.stdin.flush()
+        deadline = time.monotonic() + 30
+        while not await read_topic(kafka_bootstrap, topic):
+            assert time.monotonic() < deadline, "a line is sent when it comes, not when the input ends"
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0)  # the input pauses
+        producing.stdin.write('{"value": "after the pause"}\n' * 5)
+        producing.stdin.close()
+        assert producing.wait(60) == 0, producing.stderr.read() if producing.stderr else ""
+    finally:
+        producing.kill()
+    times = [record.timestamp for record in await read_topic(kafka_bootstrap, topic)]
+    assert len(times) == 6
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times[1:])]
+    assert min(gaps) >= 90, f"10 records per second after a pause too, not a burst: {gaps} ms apart"
 
 
 async def test_produce_keeps_to_its_rate(kafka_bootstrap: str, topic_name: TopicNamer) -> None:

@@ -183,15 +183,19 @@ async def test_updates_come_at_most_once_per_window_and_commit_and_end_at_the_re
     assert Counter((*where, value) for where, value in latest.items()) == expected
 
 
-async def test_final_results_come_exactly_once_through_kills(
-    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+@pytest.mark.parametrize("kind", ["hopping", "session"])
+async def test_final_results_come_exactly_once_through_kills_and_rebalances(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path, kind: str
 ) -> None:
-    """Under exactly-once, a worker killed at random moments (after it committed something, so mid-stream)
-    five times over: read_committed, every window's result is there once, with its value."""
+    """Under exactly-once, two workers share the partitions; one of them, at random, is killed at a random
+    moment (after the group committed something more, so mid-stream) five times over, and a new one joins
+    in its place: each kill and each join moves partitions, and with them open windows (sessions, which
+    merge and delete entries, too), between workers. Read_committed, every window's result is there
+    once, with its value."""
     topics = {role: topic_name(role) for role in ("in", "out", "late")}
     for topic in topics.values():
         await create_topic(kafka_bootstrap, topic, PARTITIONS)
-    window, aggregation = CASES["hopping"]
+    window, aggregation = CASES[kind]
     app = window_app(topic_name("app"), topics, tmp_path / "state", window, aggregation)
     app.update(guarantee="exactly_once", commit_interval_ms=100, kafka={"bootstrap_servers": kafka_bootstrap,
                                                                         "consumer": FAST_FAILOVER})  # fmt: skip
@@ -200,16 +204,25 @@ async def test_final_results_come_exactly_once_through_kills(
     await produce_timed(kafka_bootstrap, topics["in"], records)
     path = write_app(tmp_path, app)
     rng = random.Random(5)
+    logs = iter(tmp_path / f"worker{number}.log" for number in range(100))
+    workers = [spawn_worker(path, log=next(logs)) for _ in range(2)]
     committed = 0
-    for kill in range(5):
-        worker = spawn_worker(path, log=tmp_path / f"killed{kill}.log")
+    for _ in range(5):
+        deadline = time.monotonic() + 90
         while await committed_total(kafka_bootstrap, app["app_id"]) <= committed:
-            assert worker.poll() is None, (tmp_path / f"killed{kill}.log").read_text()
+            assert all(worker.poll() is None for worker in workers), "a worker exited by itself"
+            assert time.monotonic() < deadline, "the group committed nothing more within 90 s"
             await asyncio.sleep(0.1)
         await asyncio.sleep(rng.uniform(0.0, 0.5))
+        killed = workers.pop(rng.randrange(len(workers)))
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+        committed = await committed_total(kafka_bootstrap, app["app_id"])
+        workers.append(spawn_worker(path, log=next(logs)))
+    for worker in workers:
         worker.send_signal(signal.SIGKILL)
         worker.wait()
-        committed = await committed_total(kafka_bootstrap, app["app_id"])
+    committed = await committed_total(kafka_bootstrap, app["app_id"])
     assert committed < len(records), "the kills did not land mid-stream"
     finisher = spawn_worker(path, "--until-caught-up", log=tmp_path / "finisher.log")
     assert await wait_exit(finisher, 120) == 0

@@ -96,6 +96,23 @@ def test_final_results_equal_the_reference(kind: str, data: st.DataObject, recor
 
 
 @pytest.mark.parametrize("kind", WINDOW_TYPES)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), records=arrivals())
+def test_without_a_late_topic_late_records_are_counted_and_dropped(
+    kind: str, data: st.DataObject, records: list[Arrival]
+) -> None:
+    window = data.draw(windows(kind))
+    aggregation = {"type": "count"}
+    context = run({"window": window, "aggregation": aggregation, "output": "out"}, records)
+    expected = expected_for(window, records)
+    out = context.taken("out")
+    emitted = Counter((sent.key, sent.value["start"], sent.value["end"], frozen(sent.value["value"])) for sent in out)
+    assert emitted == results(expected.closed(), aggregation), "late records change no result"
+    assert context.sent == [], "nothing but the results is sent"
+    assert context.counts.get("late_records", 0) == len(expected.late)
+
+
+@pytest.mark.parametrize("kind", WINDOW_TYPES)
 @settings(max_examples=150, deadline=None)
 @given(data=st.data(), records=arrivals(), aggregation=aggregations(), commits=st.frozensets(st.integers(0, 59)))
 def test_updates_come_once_per_window_and_commit_and_end_at_the_windows_results(

@@ -1,5 +1,5 @@
 # The two commands of the README: `make example` and `make test`.
-.PHONY: setup example example-minutes example-sessions test test-jaeger lint unit bench clean
+.PHONY: setup example example-minutes example-sessions example-cdc test test-jaeger lint unit bench clean
 
 setup:
 	./scripts/setup.sh
@@ -13,6 +13,10 @@ example-minutes: setup
 
 example-sessions: setup
 	.venv/bin/python -m examples.sessions.run
+
+# Seed 001's merge join of CDC rows with their transactions (examples/cdc_merge/), checked end to end.
+example-cdc: setup
+	.venv/bin/python -m examples.cdc_merge.run
 
 lint: setup
 	.venv/bin/ruff check .

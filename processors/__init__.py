@@ -2,6 +2,7 @@
 
 from processors.context import Context
 from processors.global_updater import GlobalStoreUpdater
+from processors.merge import MergeProcessor
 from processors.processor import Processor
 from processors.record import Record
 from processors.serdes import Serde
@@ -11,6 +12,7 @@ __all__ = [
     "Context",
     "GlobalStoreUpdater",
     "KeyValueStore",
+    "MergeProcessor",
     "Processor",
     "ReadOnlyStore",
     "Record",

@@ -20,8 +20,9 @@ class Processor:
     1. Constructed with no arguments when the partition is assigned.
     2. `init(ctx)`, once, after the task's stores are restored and before its first record.
     3. `process(record, ctx)` for each record, in offset order; with several inputs, in timestamp
-       order across them (each input's records still in offset order). Punctuations, on the wall
-       clock or on stream time (`ctx.schedule`), run between records.
+       order across them (each input's records still in offset order), or in the order a
+       `MergeProcessor` chooses. Punctuations, on the wall clock or on stream time (`ctx.schedule`),
+       run between records.
     4. `flush(ctx)` at every commit, before the offsets of the records processed so far are
        committed (inside the transaction under exactly-once). A sink writes what it buffered here:
        once `flush` returns, those records are never processed again. If it raises, none of the
@@ -38,7 +39,7 @@ class Processor:
     A processor may declare its `params` as a pydantic model, `Params`: the app YAML's `params` are then
     validated against it when the app is loaded, a mistake reported with its path in the YAML
     (`processors[0].params.window.size_ms: ...`) and exit 2 before anything connects. The validation
-    context holds the processor's `name`, `inputs` and `outputs`, for checks against them. `ctx.params`
+    context holds the processor's `name`, `inputs`, `broadcast` and `outputs`, for checks against them. `ctx.params`
     stays the mapping from the YAML; `self.Params.model_validate(ctx.params)` in `init` gives the model.
     """
 

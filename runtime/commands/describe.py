@@ -44,6 +44,7 @@ class ProcessorNode:
     tasks: int
     co_partitioned: bool
     inputs: list[Input]
+    broadcast: list[Input]  # read whole by every task, each at its own position
     outputs: list[Output]
     stores: list[Store]
 
@@ -89,6 +90,7 @@ def topology(app: AppConfig) -> Topology:
             tasks=app.topics[processor.inputs[0]].partitions,
             co_partitioned=len(processor.inputs) > 1,
             inputs=[Input(topic, app.topics[topic].partitions, writers[topic]) for topic in processor.inputs],
+            broadcast=[Input(topic, app.topics[topic].partitions, writers[topic]) for topic in processor.broadcast],
             outputs=[Output(topic, readers[topic]) for topic in processor.outputs],
             stores=_stores(app, processor),
         )
@@ -130,6 +132,9 @@ def render(topology: Topology) -> str:
         inputs = ", ".join(f"{i.topic}{_peers('from', i.written_by)}" for i in processor.inputs)
         each = " each, co-partitioned" if processor.co_partitioned else ""
         lines.append(f"  reads   {inputs}: {_count(processor.tasks, 'partition')}{each}")
+        for broadcast in processor.broadcast:
+            lines.append(f"  reads   {broadcast.topic}{_peers('from', broadcast.written_by)}: broadcast, every task "
+                         f"reads its {_count(broadcast.partitions, 'partition')} at its own position")  # fmt: skip
         for output in processor.outputs:
             lines.append(f"  writes  {output.topic}{_peers('to', output.read_by)}")
         for store in processor.stores:
@@ -166,7 +171,8 @@ def parser() -> argparse.ArgumentParser:
     parser = command_parser(
         "describe",
         "The app's topology as its YAML declares it (partition counts too): its processors, "
-        "what they read (co-partitioned inputs; global stores, broadcast to every task) and write, their "
+        "what they read (co-partitioned inputs; broadcast inputs and global stores, read whole by every task) "
+        "and write, their "
         "stores and changelogs, and the topics named after the app. It connects to nothing.",
     )
     parser.add_argument("app", type=Path, help="the app's YAML file")

@@ -107,7 +107,7 @@ class AppConfig(Strict):
         for index, processor in enumerate(self.processors):
             if names.count(processor.name) > 1:
                 raise ValueError(f"processors[{index}].name: '{processor.name}' is used twice")
-            for field_name in ("inputs", "outputs"):
+            for field_name in ("inputs", "broadcast", "outputs"):
                 for topic in getattr(processor, field_name):
                     if topic not in self.topics:
                         raise ValueError(
@@ -117,8 +117,17 @@ class AppConfig(Strict):
             if len(set(counts.values())) > 1:
                 raise ValueError(
                     f"processors[{index}].inputs: inputs of one processor must be co-partitioned "
-                    f"(same number of partitions), got {counts}"
+                    f"(same number of partitions), got {counts}; an input every task reads whole is "
+                    "listed under broadcast"
                 )
+            if processor.chooses_records:
+                for topic in processor.broadcast:
+                    if self.topics[topic].partitions != 1:
+                        raise ValueError(
+                            f"processors[{index}].broadcast: topic '{topic}' has {self.topics[topic].partitions} "
+                            "partitions; a merge processor's broadcast inputs have one, so that a topic names "
+                            "one queue of its task"
+                        )
         store_owners: dict[str, str] = {}
         for index, processor in enumerate(self.processors):
             for store, spec in processor.stores.items():
@@ -170,4 +179,9 @@ class AppConfig(Strict):
         return str(self.kafka.consumer.get("group_id", self.app_id))
 
     def input_topics(self) -> list[str]:
+        """The topics the consumer group reads: every processor's partitioned inputs."""
         return sorted({topic for processor in self.processors for topic in processor.inputs})
+
+    def broadcast_topics(self) -> list[str]:
+        """The topics every task of a processor reads whole, outside the consumer group."""
+        return sorted({topic for processor in self.processors for topic in processor.broadcast})

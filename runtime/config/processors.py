@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from processors.merge import MergeProcessor
 from processors.processor import Processor
 from runtime.config.common import NAME, Strict, import_subclass
 from runtime.config.processor_params import checked_params, with_stores_params_need
@@ -18,6 +19,8 @@ class ProcessorConfig(Strict):
     name: str = Field(pattern=NAME)
     class_path: str = Field(alias="class")
     inputs: list[str] = Field(min_length=1)
+    # Read whole by every task of the processor, each at its own position, kept in the task's state.
+    broadcast: list[str] = Field(default_factory=list)
     outputs: list[str] = Field(default_factory=list)
     params: dict[str, Any] = Field(default_factory=dict)
     stores: dict[str, StoreConfig] = Field(default_factory=dict, validate_default=True)  # the class may add some
@@ -42,6 +45,37 @@ class ProcessorConfig(Strict):
     def _class_is_processor(cls, path: str) -> str:
         import_subclass(path, Processor, "processor")
         return path
+
+    @field_validator("broadcast")
+    @classmethod
+    def _neither_twice_nor_an_input(cls, broadcast: list[str], info: ValidationInfo) -> list[str]:
+        for topic in broadcast:
+            if topic in info.data.get("inputs", []):
+                raise ValueError(f"topic '{topic}' is also under inputs; an input is one or the other")
+        if len(set(broadcast)) < len(broadcast):
+            raise ValueError(f"a topic is listed twice in {broadcast}")
+        return broadcast
+
+    @model_validator(mode="after")
+    def _broadcast_positions_store(self) -> ProcessorConfig:
+        """A task's positions in its broadcast inputs live in a store of its own, changelogged, so they
+        commit with everything else (in the transaction, under exactly-once)."""
+        if not self.broadcast:
+            return self
+        store = self.broadcast_positions_store
+        if store in self.stores:
+            raise ValueError(f"stores.{store}: the name is the processor's broadcast positions' store")
+        self.stores[store] = StoreConfig(backend="rocksdb", changelog=True)
+        return self
+
+    @property
+    def broadcast_positions_store(self) -> str:
+        return f"{self.name}-broadcast-positions"
+
+    @property
+    def chooses_records(self) -> bool:
+        """A merge processor: it chooses which input's record it takes next."""
+        return issubclass(self.processor_class(), MergeProcessor)
 
     def processor_class(self) -> type[Processor]:
         found: type[Processor] = import_object(self.class_path)

@@ -10,8 +10,9 @@ appear as comments where each step is done):
        takes no part in this commit: none of its offsets are committed, and the processing error
        policy decides (`fail` stops the worker; `skip` and `dead_letter` try again next time);
    1.2 release the outputs its records (and its flush) sent to the task's output path;
-   1.3 turn its stores' changes since the last commit into changelog records on the same path;
-   1.4 take its offsets: after the last record it processed, of each input.
+   1.3 turn its stores' changes since the last commit into changelog records on the same path (its
+       positions in its broadcast inputs among them: runtime/task/broadcast.py);
+   1.4 take its offsets: after the last record it processed, of each input the group gave it.
 2. Commit, by the guarantee's committer (one per guarantee, each in its own module):
    - at-least-once (`consumer_commits.py`): hand every batch to the producer, wait until the broker
      acknowledged them all, then commit the offsets through the consumer. The tasks go on

@@ -9,7 +9,9 @@ punctuation due. The offset and the counters are brought up to date once per bat
 `on_batch_done`: no commit can run inside a batch, as the batch holds the task's turn.
 
 There are two loops: the plain one, and one with a span around each sampled record and its
-processing time measured. They share every path but the call itself, and tests run both.
+processing time measured. They share every path but the call itself, and tests run both. A merge
+processor's records come one at a time instead, each decoded while it waits at the head of its queue
+(`decode`) and processed once chosen (`process_chosen`), through the same policies and spans.
 """
 
 from __future__ import annotations
@@ -185,6 +187,62 @@ class RecordLoop:
             context.trace_fields, context.source, context.output_time = UNTRACED, None, None  # nor to a record
             self._on_batch_done(tp, done, processed)
         return []
+
+    def decode(self, tp: TopicPartition, raw: Any) -> Record | None:
+        """The record a merge processor sees at the head of a queue; one that cannot be decoded goes to
+        the deserialization policy, its offset counted as done, and None is returned."""
+        key_serde, value_serde = self._services.serdes[tp.topic]
+        try:
+            return self.builders[tp.topic](
+                raw.topic,
+                raw.partition,
+                raw.offset,
+                raw.timestamp,
+                None if raw.key is None else key_serde.deserialize(raw.key),
+                None if raw.value is None else value_serde.deserialize(raw.value),
+                raw.headers,
+            )
+        except Exception as error:  # any decoding error, or event time not found, goes to the policy
+            self._undecodable(raw, error)
+            self._on_batch_done(tp, raw.offset + 1, 0)
+            return None
+
+    async def process_chosen(self, tp: TopicPartition, raw: Any, record: Record) -> None:
+        """One record a merge processor chose, as the loops process each of theirs."""
+        context = self._context
+        timestamp = record.timestamp
+        if timestamp > context.latest_timestamp:
+            context.latest_timestamp = timestamp
+            if timestamp >= context.next_stream_time_due():
+                self.interrupted = True  # after this record
+        telemetry = self._services.telemetry
+        tracer, metrics = telemetry.tracer, telemetry.metrics
+        released = len(context.pending)
+        context.source, context.output_time = raw, timestamp
+        started = time.perf_counter() if metrics.enabled else 0.0
+        processed = 0
+        try:
+            if tracer.enabled:
+                (decision,) = tracer.decide([raw])
+                if decision.__class__ in CARRIED_CLASSES:
+                    context.trace_fields = decision  # type: ignore[assignment]
+                    with tracer.batch_context():
+                        await settle(self._processor.process(record, context))
+                else:
+                    scope = tracer.start_process_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers,
+                                                      None, decision)  # fmt: skip
+                    await self._process_in_span(scope, record)
+            else:
+                await settle(self._processor.process(record, context))
+        except Exception as error:  # any processor error goes to the policy
+            self._failed(raw, error, released)
+        else:
+            processed = 1
+        finally:
+            context.trace_fields, context.source, context.output_time = UNTRACED, None, None
+        if metrics.enabled:
+            metrics.record_processing((time.perf_counter() - started) * 1000, self._name)
+        self._on_batch_done(tp, raw.offset + 1, processed)  # not reached when the policy stops at a failure
 
     async def _process_in_span(self, scope: ProcessScope, record: Record) -> None:
         """A sampled record (about one in a hundred at a 1% ratio), out of the loop's fast path."""

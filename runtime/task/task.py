@@ -6,10 +6,15 @@ half a record, and a processor's `flush` never runs while it processes. A commit
 turn ends the batch in flight after its current record; the rest of the batch stays first in line.
 
 A task with one input partition processes each list the poll loop hands over as a batch. One with
-several (a processor with several co-partitioned inputs) processes their records in timestamp order
-(`runtime/task/timestamp_order.py`), in runs of one partition's records, each through the same
-record loop (`runtime/task/record_loop.py`). The loop keeps the task's stream time, and a stream-time
-punctuation that falls due ends the batch after the record that brought it, to run before the next.
+several (a processor with several co-partitioned inputs, or broadcast ones) processes their records in
+timestamp order (`runtime/task/timestamp_order.py`), in runs of one partition's records, each through
+the same record loop (`runtime/task/record_loop.py`). A merge processor's task lets the processor
+choose instead (`runtime/task/choice_order.py`), one record at a time. The loop keeps the task's stream
+time, and a stream-time punctuation that falls due ends the batch after the record that brought it,
+to run before the next.
+
+Broadcast inputs (`runtime/task/broadcast.py`) come from the task's own reader rather than the poll
+loop; their positions are committed in the task's state, never in the consumer group.
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ import contextlib
 import logging
 import operator
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -28,15 +32,19 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from processors.context import Punctuation
+from processors.merge import MergeProcessor
 from processors.processor import Processor
 from runtime.counters import Counters
 from runtime.errors import StopAfterCommit
 from runtime.guarantees.checkpoint import Checkpoint, CommitBeforeProcessing
 from runtime.kafka.outputs import Outputs
 from runtime.state.task_state import TaskState
+from runtime.task.broadcast import BroadcastReader, BroadcastSource
+from runtime.task.choice_order import ChoiceOrder
 from runtime.task.context import TaskContext, TopicSerdes
 from runtime.task.event_time import TimestampOf, raw_event_time
 from runtime.task.failures import FailureHandler, Stage
+from runtime.task.intake import Intake
 from runtime.task.record_loop import RecordLoop, settle
 from runtime.task.timestamp_order import EventTimeOf, InputQueue, TimestampOrder
 from runtime.telemetry import Telemetry
@@ -77,6 +85,7 @@ class TaskServices:
     # has records of (`unfetched`), before it goes on without it.
     max_task_idle_s: float = 0.0
     unfetched: Callable[[TopicPartition], bool] = lambda tp: False
+    broadcast: BroadcastSource | None = None  # for processors with broadcast inputs
 
 
 class Task:
@@ -92,29 +101,39 @@ class Task:
         services: TaskServices,
         end_offsets: Mapping[TopicPartition, int] | None = None,
         state: TaskState | None = None,
+        broadcast: BroadcastReader | None = None,
     ):
         self.id = task_id
         self.state = state
         self.outputs = outputs
-        self.inputs = inputs
+        self.inputs = inputs  # the partitions the consumer group gave it
+        self.broadcast = broadcast
         self.phase = TaskPhase.CREATED
         self.turn = asyncio.Lock()
         self.next_offsets: dict[TopicPartition, int] = {}
-        self.queued = 0
         self._processor = processor
         self._context = context
         self._services = services
-        self._end_offsets = end_offsets
-        self._queue: deque[tuple[TopicPartition, list[Any]]] = deque()
         self._wakeup = asyncio.Event()
         self.lost = False
         self.ended = False  # its actor returned or raised: it processes nothing more
         self._stopping = False
         self._commit_waits = False
-        self._busy = False
         self._flushes = type(processor).flush is not Processor.flush
-        self._loop = RecordLoop(task_id.processor, inputs, processor, context, services, outputs, self._batch_done)
-        self._merge = self._timestamp_order() if len(inputs) > 1 else None
+        self._broadcast_partitions = frozenset(broadcast.partitions if broadcast is not None else ())
+        self._group_inputs = frozenset(inputs)
+        every_input = [*inputs, *self._broadcast_partitions]
+        self._loop = RecordLoop(task_id.processor, every_input, processor, context, services, outputs,
+                                self._batch_done)  # fmt: skip
+        order: TimestampOrder | ChoiceOrder | None = None
+        if isinstance(processor, MergeProcessor):
+            order = ChoiceOrder(every_input, self._loop.decode, processor.choose)
+        elif len(every_input) > 1:
+            order = self._timestamp_order(every_input)
+        self.intake = Intake(  # what is queued here, and the order it is taken in
+            self._loop, order, self._group_inputs, end_offsets, services.commit_before_processing, outputs.flush,
+            self._after_take, lambda error: self._lifecycle_failed("choose()", error),
+        )  # fmt: skip
         self._stream_time_checkpoint = self._committed_stream_time = context.stream_time_now()
 
     @property
@@ -122,30 +141,40 @@ class Task:
         return self.phase is TaskPhase.RUNNING and not self.lost
 
     @property
+    def queued(self) -> int:
+        return self.intake.queued
+
+    @property
     def idle(self) -> bool:
-        return self.queued == 0 and not self._busy
+        """Nothing of its group inputs queued or in flight (broadcast records may wait for a match)."""
+        if self.intake.busy:
+            return False
+        if not self._broadcast_partitions:
+            return self.intake.queued == 0
+        return all(self.intake.queued_of(tp) == 0 for tp in self.inputs)
 
     @property
     def merges_inputs(self) -> bool:
-        return self._merge is not None
+        return isinstance(self.intake.order, TimestampOrder)
+
+    @property
+    def bounds_each_input(self) -> bool:
+        """A merge processor's task, or one with broadcast inputs: each input's queue is bounded alone."""
+        return isinstance(self.intake.order, ChoiceOrder) or self.broadcast is not None
+
+    def queued_of(self, tp: TopicPartition) -> int:
+        return self.intake.queued_of(tp)
 
     def queued_inputs(self) -> list[TopicPartition]:
-        """The inputs with records queued here."""
-        if self._merge is None:
-            return self.inputs if self.queued else []
-        waiting = {tp for tp, _ in self._queue}
-        return [tp for tp, queue in self._merge.queues.items() if queue.count or tp in waiting]
+        return self.intake.queued_inputs(self.inputs)
 
     def enqueue(self, tp: TopicPartition, records: list[Any]) -> None:
-        if self._merge is not None and self._busy and not self._merge.queues[tp].count:
-            self._loop.interrupted = True  # the run in flight ends, so that these are ordered in
-        self._queue.append((tp, records))
-        self.queued += len(records)
+        self.intake.add(tp, records)
         self._wakeup.set()
 
     def request_stop(self) -> None:
         """Stop after the record in flight; queued records are dropped (they were not committed)."""
-        self._stopping = self._loop.interrupted = True
+        self._stopping = self.intake.stopping = self._loop.interrupted = True
         self._wakeup.set()
 
     @contextlib.asynccontextmanager
@@ -165,15 +194,15 @@ class Task:
 
     def rewind(self, offsets: Mapping[TopicPartition, int]) -> None:
         """Forget queued records and go back to `offsets` (the consumer was sought there), which the
-        last commit covered, and to the stream time of that commit."""
-        self._queue.clear()
-        if self._merge is not None:
-            self._merge.clear()
-        self.queued = 0
+        last commit covered, and to the stream time of that commit; the broadcast reader goes back to
+        the positions that commit wrote."""
+        self.intake.clear()
         self.next_offsets = dict(offsets)
+        if self.broadcast is not None:
+            self.broadcast.rewind()
         self._context.pending.clear()
         self._context.go_back_to(self._committed_stream_time)
-        self._services.on_dequeue(self)
+        self._after_take()
 
     def refuse(self, refusals: Mapping[tuple[str, int, int], str]) -> None:
         """The broker refused outputs of these input records (topic, partition, offset) in a transaction
@@ -202,69 +231,45 @@ class Task:
             raise self._lifecycle_failed("init()", error) from error
         self.phase = TaskPhase.RUNNING  # from here on, it takes part in commits and is closed
         try:
-            while not self._stopping:
-                await self._wait_for_work()
-                if self._stopping:
-                    break
-                async with self.turn:
-                    await self._punctuate()
-                    if self._merge is not None:
-                        await self._take_runs(self._merge)
-                    elif self._queue:
-                        await self._take_batch()
+            if self.broadcast is None:
+                await self._process_until_stopped()
+            else:
+                await self._process_following(self.broadcast)
         finally:
             self.ended = True
-            self._queue.clear()
-            if self._merge is not None:
-                self._merge.clear()
-            self.queued = 0
+            self.intake.clear()
 
-    async def _take_batch(self) -> None:
-        tp, records = self._queue.popleft()
-        self._busy = True
-        rest: list[Any] = []
+    async def _process_following(self, broadcast: BroadcastReader) -> None:
+        """Process while the reader fetches the broadcast inputs; a failure of either ends both, and is
+        raised as it was (not in an exception group), for the worker to report."""
         try:
-            admitted = await self._admit(tp, records)
-            if admitted:
-                rest = await self._loop.process(tp, admitted)
-            await self.outputs.flush()
-        finally:
-            self._busy = False
-            if rest and not self._stopping:
-                self._queue.appendleft((tp, rest))
-            self.queued -= len(records) - len(rest)
-            self._services.on_dequeue(self)
+            async with asyncio.TaskGroup() as group:
+                reader = group.create_task(broadcast.follow(self), name=f"broadcast reader of {self.id}")
+                try:
+                    await self._process_until_stopped()
+                finally:
+                    reader.cancel()
+        except ExceptionGroup as failed:
+            raise failed.exceptions[0] from None
 
-    async def _take_runs(self, merge: TimestampOrder) -> None:
-        """Runs of records in timestamp order across the inputs, as many as were queued when the turn
-        began, until the order has to wait for an input, or the batch is interrupted."""
-        self._busy = True
-        budget = self.queued
-        try:
-            while budget > 0 and not self._loop.interrupted:
-                while self._queue:
-                    tp, records = self._queue.popleft()
-                    admitted = await self._admit(tp, records)
-                    self.queued -= len(records) - len(admitted)
-                    budget -= len(records) - len(admitted)
-                    if admitted:
-                        merge.queues[tp].add(admitted)
-                run = merge.next_run(time.monotonic())
-                if run is None:
-                    break
-                tp, records = run
-                rest = await self._loop.process(tp, records)
-                if rest:
-                    merge.put_back(tp, rest)
-                self.queued -= len(records) - len(rest)
-                budget -= len(records) - len(rest)
-            await self.outputs.flush()
-        finally:
-            self._busy = False
-            self._services.on_dequeue(self)
+    async def _process_until_stopped(self) -> None:
+        while not self._stopping:
+            await self._wait_for_work()
+            if self._stopping:
+                break
+            async with self.turn:
+                await self._punctuate()
+                await self.intake.take()
 
-    def _timestamp_order(self) -> TimestampOrder:
-        queues = [InputQueue(tp, rank, self._event_time_of(tp.topic)) for rank, tp in enumerate(self.inputs)]
+    def _after_take(self) -> None:
+        """Fetching resumes where a queue went down to its resume mark."""
+        self._services.on_dequeue(self)
+        if self.broadcast is not None:
+            for tp in self.broadcast.partitions:
+                self.broadcast.after_dequeue(tp, self.intake.queued_of(tp))
+
+    def _timestamp_order(self, inputs: list[TopicPartition]) -> TimestampOrder:
+        queues = [InputQueue(tp, rank, self._event_time_of(tp.topic)) for rank, tp in enumerate(inputs)]
         return TimestampOrder(queues, self._services.max_task_idle_s, self._services.unfetched)
 
     def _event_time_of(self, topic: str) -> EventTimeOf:
@@ -287,9 +292,13 @@ class Task:
                 self._flush_failed(error)
                 return None
         self._release_outputs()  # 1.2
+        if self.broadcast is not None:
+            self.broadcast.write_positions(self.next_offsets)  # 1.3, the broadcast positions as store changes
         if self.state is not None:
             self.state.log_changes()  # 1.3
         self._stream_time_checkpoint = self._context.stream_time_now()
+        if self._broadcast_partitions:  # 1.4, of the group's inputs only
+            return Checkpoint(self, {tp: o for tp, o in self.next_offsets.items() if tp in self._group_inputs})
         return Checkpoint(self, dict(self.next_offsets))  # 1.4
 
     async def close(self) -> None:
@@ -322,15 +331,15 @@ class Task:
                     "succeeds", self.id.processor, self.id, error)  # fmt: skip
 
     async def _wait_for_work(self) -> None:
-        merge = self._merge
-        if self._queue or (merge is not None and merge.count and merge.wait_ends is None):
+        if self.intake.has_work():
             return
         if self._context.next_stream_time_due() <= self._context.latest_timestamp:
             return  # the last record brought it: it runs now, not when the next record comes
         self._wakeup.clear()
         dues = [p.due for p in self._context.punctuators]
-        if merge is not None and merge.count and merge.wait_ends is not None:
-            dues.append(merge.wait_ends)  # then it goes on without the input it waits for
+        wait_ends = self.intake.wait_ends()
+        if wait_ends is not None:
+            dues.append(wait_ends)  # then it goes on without the input it waits for
         timeout = max(0.0, min(dues) - time.monotonic()) if dues else None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wakeup.wait(), timeout)
@@ -365,21 +374,6 @@ class Task:
         finally:
             context.output_time = None
         self._release_outputs()
-
-    async def _admit(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
-        """The records of a list the poll loop handed over that are to be processed: a bounded run's
-        only those below its end offsets; at-most-once commits their offsets first."""
-        records = self._within_run(tp, records)
-        if records and self._services.commit_before_processing is not None:
-            await self._services.commit_before_processing(tp, records)
-        return records
-
-    def _within_run(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
-        """A bounded run processes only the records below the end offsets taken at its start."""
-        end = self._end_offsets.get(tp) if self._end_offsets is not None else None
-        if end is not None and records[-1].offset >= end:
-            return [raw for raw in records if raw.offset < end]
-        return records
 
     def _batch_done(self, tp: TopicPartition, done: int | None, processed: int) -> None:
         """The offset and the counter are brought up to date once per batch: no commit can run inside

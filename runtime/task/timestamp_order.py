@@ -107,6 +107,9 @@ class TimestampOrder:
         follower = queued[1]
         return first.tp, first.take_before(follower.head_time(), first.rank < follower.rank)
 
+    def add(self, tp: TopicPartition, records: list[Any]) -> None:
+        self.queues[tp].add(records)
+
     def put_back(self, tp: TopicPartition, records: list[Any]) -> None:
         self.queues[tp].put_back(records)
 

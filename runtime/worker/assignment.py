@@ -24,6 +24,7 @@ from runtime.errors import StopAfterCommit, TaskLost
 from runtime.guarantees.checkpoint import Checkpoints
 from runtime.kafka.outputs import Outputs
 from runtime.state.task_state import TaskState
+from runtime.task.broadcast import BroadcastReader
 from runtime.task.context import TaskContext
 from runtime.task.task import Task, TaskId, TaskPhase, TaskServices
 from runtime.worker.backpressure import Backpressure
@@ -119,8 +120,14 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
             ) from error
         outputs = self._outputs_for(task_id)
         state = TaskState(self._config, spec, task_id.partition, outputs) if spec.stores else None
+        broadcast = None
+        if spec.broadcast:
+            assert state is not None and self._services.broadcast is not None  # the config adds the positions' store
+            store = spec.broadcast_positions_store
+            client_id = f"{self._config.app_id}-{task_id.processor}-{task_id.partition}-broadcast"
+            broadcast = self._services.broadcast.reader(spec.broadcast, lambda: state.stores[store].store, client_id)
         return build_task(task_id, processor, self._config.app_id, spec.params, frozenset(spec.outputs), inputs,
-                          outputs, self._services, self._end_offsets, state)  # fmt: skip
+                          outputs, self._services, self._end_offsets, state, broadcast)  # fmt: skip
 
     def _start(self, task: Task) -> None:
         if task.state is not None or self._config.guarantee is Guarantee.EXACTLY_ONCE:
@@ -224,9 +231,10 @@ def build_task(
     services: TaskServices,
     end_offsets: Mapping[TopicPartition, int] | None,
     state: TaskState | None = None,
+    broadcast: BroadcastReader | None = None,
 ) -> Task:
     context = TaskContext(
         app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes, services.global_stores,
         state, outputs.limits, services.counters,
     )  # fmt: skip
-    return Task(task_id, processor, context, inputs, outputs, services, end_offsets, state)
+    return Task(task_id, processor, context, inputs, outputs, services, end_offsets, state, broadcast)

@@ -5,7 +5,10 @@ its stores, and the end of a bounded (`--until-caught-up`) run. The poll loop ke
 partitions are paused, so however slow a processor is, the consumer keeps its group membership.
 
 A task that orders several inputs by timestamp may wait for one it has nothing queued of: its queue
-bound pauses only the inputs it has records of, and lets go of each as it runs out of them.
+bound pauses only the inputs it has records of, and lets go of each as it runs out of them. A merge
+processor's task, and one with broadcast inputs, bounds each input's queue on its own: a full queue
+pauses its input alone, so the input the processor waits for is always fetched (its broadcast inputs
+are paused the same way by their own reader).
 """
 
 from __future__ import annotations
@@ -57,11 +60,15 @@ class Backpressure:
 
     def after_enqueue(self, task: Task) -> None:
         self._counters.max_queued = max(self._counters.max_queued, task.queued)
-        if task.queued >= self._bounds.pause_at:
+        if task.bounds_each_input:
+            self.hold([tp for tp in task.inputs if task.queued_of(tp) >= self._bounds.pause_at], task.id)
+        elif task.queued >= self._bounds.pause_at:
             self.hold(task.queued_inputs(), task.id)
 
     def after_dequeue(self, task: Task) -> None:
-        if task.queued <= self._bounds.resume_at:
+        if task.bounds_each_input:
+            self.release([tp for tp in task.inputs if task.queued_of(tp) <= self._bounds.resume_at], task.id)
+        elif task.queued <= self._bounds.resume_at:
             self.release(task.inputs, task.id)
         elif task.merges_inputs:
             queued = task.queued_inputs()

@@ -29,6 +29,7 @@ from runtime.kafka.record_limits import Limits
 from runtime.kafka.topic_serdes import topic_serdes
 from runtime.kafka.topics import describe_limits, ensure_topics
 from runtime.state.restore import ChangelogRestorer
+from runtime.task.broadcast import BroadcastSource
 from runtime.task.event_time import TimestampOf, timestamp_reader
 from runtime.task.failures import FailureHandler, Stage
 from runtime.task.task import TaskId, TaskServices
@@ -186,6 +187,7 @@ class Worker:
             self._timestamps(),
             config.max_task_idle_ms / 1000,
             Unfetched(consumer, end_offsets),
+            self._broadcast_source(partition_counts),
         )
         assignment = Assignment(
             config,
@@ -261,6 +263,18 @@ class Worker:
         inputs = self.config.input_topics()
         tps = [TopicPartition(topic, p) for topic in inputs for p in range(partition_counts[topic])]
         return dict(await consumer.end_offsets(tps))
+
+    def _broadcast_source(self, partition_counts: dict[str, int]) -> BroadcastSource | None:
+        topics = self.config.broadcast_topics()
+        if not topics:
+            return None
+        return BroadcastSource(
+            {topic: partition_counts[topic] for topic in topics},
+            lambda client_id: self._clients.consumer(group_id=None, client_id=client_id),
+            self.config.queue,
+            self.config.kafka.consumer.get("auto_offset_reset") == "latest",
+            self.config.guarantee is Guarantee.EXACTLY_ONCE,
+        )
 
     def _restore_consumer(self) -> AIOKafkaConsumer:
         return self._clients.consumer(group_id=None, client_id=f"{self.config.app_id}-restore")

@@ -79,10 +79,10 @@ def test_a_task_pauses_its_inputs_at_its_bound_and_resumes_them_at_the_resume_ma
     assert holds.paused() == {TP0}
     assert counters.max_queued == 3
 
-    task.queued = 2
+    task.intake.queued = 2  # as if the task had taken the rest
     holds.after_dequeue(task)
     assert holds.paused() == {TP0}
-    task.queued = 1
+    task.intake.queued = 1  # as if the task had taken the rest
     holds.after_dequeue(task)
     assert holds.paused() == set()
     assert consumer.paused == consumer.resumed == [TP0]
@@ -95,7 +95,7 @@ def test_a_drained_queue_does_not_resume_a_partition_held_for_another_reason() -
     task.enqueue(TP0, [raw(0, b"{}")])
     holds.after_enqueue(task)
 
-    task.queued = 0
+    task.intake.queued = 0  # as if the task had taken the rest
     holds.after_dequeue(task)
 
     assert holds.paused() == {TP0}

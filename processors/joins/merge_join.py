@@ -1,0 +1,128 @@
+"""The one-to-many merge join of two inputs ordered by the same id, as seed 001 joins a CDC connector's
+`data` rows (many partitions) with its `transaction` records (one partition, read whole by every task).
+
+Both inputs come in id order: a partition of `data` holds its rows in the order of their
+transactions, and `transactions` holds every transaction once, after its rows were written. So the
+join looks at the two heads only. When the data row's id equals the transaction's, the row is joined
+and taken (the transaction stays, for its next rows); when the row's id is above it, no row of that
+transaction is left in this partition and the transaction is taken; when it is below, the row's
+transaction has passed (a duplicate, or a row whose transaction record was lost) and the row is sent
+to `unmatched_topic`, or counted and dropped. With either queue empty it waits: the row of a
+transaction may not have been fetched yet, nor a row's transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+from processors.context import Context
+from processors.merge import MergeProcessor
+from processors.record import Record
+
+UNMATCHED = "unmatched_rows"  # ctx.count name, a dropped row whose transaction had passed
+MATCHED = "joined_rows"
+
+
+class MergeJoinParams(BaseModel):
+    """`params` of `processors.joins:MergeJoin` (docs/joins.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    data: str  # the many side: a partitioned input
+    transactions: str  # the one side: a broadcast input (or co-partitioned with `data`)
+    data_id: str  # the field of a data row's value that holds its transaction's id
+    transaction_id: str  # the field of a transaction's value that holds its id
+    output: str
+    unmatched_topic: str | None = None
+
+    @field_validator("data")
+    @classmethod
+    def _an_input(cls, topic: str, info: ValidationInfo) -> str:
+        inputs = _context(info).get("inputs")
+        if inputs is not None and topic not in inputs:
+            raise ValueError(f"topic '{topic}' is not among the processor's inputs {sorted(inputs)}")
+        return topic
+
+    @field_validator("transactions")
+    @classmethod
+    def _an_input_or_broadcast(cls, topic: str, info: ValidationInfo) -> str:
+        context = _context(info)
+        inputs, broadcast = context.get("inputs"), context.get("broadcast", [])
+        if inputs is not None and topic not in [*inputs, *broadcast]:
+            raise ValueError(f"topic '{topic}' is among neither the processor's inputs nor its broadcast inputs")
+        if topic == info.data.get("data"):
+            raise ValueError("the data and the transactions are two topics")
+        return topic
+
+    @field_validator("output", "unmatched_topic")
+    @classmethod
+    def _among_outputs(cls, topic: str | None, info: ValidationInfo) -> str | None:
+        outputs = _context(info).get("outputs")
+        if topic is not None and outputs is not None and topic not in outputs:
+            raise ValueError(f"topic '{topic}' is not among the processor's outputs {sorted(outputs)}")
+        return topic
+
+
+class MergeJoin(MergeProcessor):
+    """Sends each data row joined with its transaction to `params.output`: the row's key, the value
+    `{"data": <row>, "transaction": <transaction>}`, the row's headers and timestamp."""
+
+    Params: ClassVar[type[MergeJoinParams]] = MergeJoinParams
+
+    def init(self, ctx: Context) -> None:
+        params = self.Params.model_validate(ctx.params)
+        self.data, self.transactions = params.data, params.transactions
+        self.data_id, self.transaction_id = params.data_id, params.transaction_id
+        self.output, self.unmatched_topic = params.output, params.unmatched_topic
+        self.transaction: Any = None  # the value of the transaction the chosen row joins, if it does
+        self.problem: str | None = None  # why the chosen record goes to the error policy
+
+    def choose(self, heads: Mapping[str, Record]) -> str | None:
+        row, transaction = heads.get(self.data), heads.get(self.transactions)
+        if row is None or transaction is None:
+            return None
+        self.transaction = self.problem = None
+        if _lacks(transaction.value, self.transaction_id):
+            self.problem = f"transaction has no field '{self.transaction_id}': {transaction.value!r}"
+            return self.transactions  # taken, for the error policy to have it
+        if _lacks(row.value, self.data_id):
+            self.problem = f"data row has no field '{self.data_id}': {row.value!r}"
+            return self.data
+        row_id, transaction_id = row.value[self.data_id], transaction.value[self.transaction_id]
+        try:
+            if row_id == transaction_id:
+                self.transaction = transaction.value
+                return self.data
+            if row_id > transaction_id:
+                return self.transactions  # no row of it is left in this partition
+        except TypeError:
+            self.problem = f"data row's id {row_id!r} and transaction id {transaction_id!r} do not compare"
+        return self.data  # its transaction has passed (or the ids do not compare)
+
+    def process(self, record: Record, ctx: Context) -> None:
+        problem, self.problem = self.problem, None
+        if problem is not None:
+            raise ValueError(problem)
+        if record.topic == self.transactions:
+            return
+        transaction, self.transaction = self.transaction, None
+        if transaction is not None:
+            ctx.send(self.output, {"data": record.value, "transaction": transaction}, key=record.key,
+                     headers=record.headers)  # fmt: skip
+            ctx.count(MATCHED)
+            return
+        if self.unmatched_topic is not None:
+            ctx.send(self.unmatched_topic, record.value, key=record.key, headers=record.headers)
+        ctx.count(UNMATCHED)
+
+
+def _context(info: ValidationInfo) -> dict[str, Any]:
+    """The processor's name and topics, when the app YAML is loaded."""
+    return info.context if isinstance(info.context, dict) else {}
+
+
+def _lacks(value: Any, field: str) -> bool:
+    return not isinstance(value, dict) or field not in value

@@ -22,8 +22,7 @@ from processors.context import Context
 from processors.merge import MergeProcessor
 from processors.record import Record
 
-UNMATCHED = "unmatched_rows"  # ctx.count name, a dropped row whose transaction had passed
-MATCHED = "joined_rows"
+UNMATCHED = "unmatched_rows"  # ctx.count name: a row whose transaction had passed
 
 
 class MergeJoinParams(BaseModel):
@@ -84,27 +83,35 @@ class MergeJoin(MergeProcessor):
         row, transaction = heads.get(self.data), heads.get(self.transactions)
         if row is None or transaction is None:
             return None
-        self.transaction = self.problem = None
-        if _lacks(transaction.value, self.transaction_id):
-            self.problem = f"transaction has no field '{self.transaction_id}': {transaction.value!r}"
-            return self.transactions  # taken, for the error policy to have it
-        if _lacks(row.value, self.data_id):
-            self.problem = f"data row has no field '{self.data_id}': {row.value!r}"
-            return self.data
-        row_id, transaction_id = row.value[self.data_id], transaction.value[self.transaction_id]
         try:
+            row_id, transaction_id = row.value[self.data_id], transaction.value[self.transaction_id]
             if row_id == transaction_id:
                 self.transaction = transaction.value
                 return self.data
+            self.transaction = None
             if row_id > transaction_id:
                 return self.transactions  # no row of it is left in this partition
-        except TypeError:
+            return self.data  # its transaction has passed
+        except (KeyError, TypeError, IndexError):
+            return self._for_the_policy(row, transaction)
+
+    def _for_the_policy(self, row: Record, transaction: Record) -> str:
+        """The record that lacks its id (or the row, when the ids do not compare), taken so that `process`
+        raises for it and the error policy has it."""
+        self.transaction = None
+        if _lacks(transaction.value, self.transaction_id):
+            self.problem = f"transaction has no field '{self.transaction_id}': {transaction.value!r}"
+            return self.transactions
+        if _lacks(row.value, self.data_id):
+            self.problem = f"data row has no field '{self.data_id}': {row.value!r}"
+        else:
+            row_id, transaction_id = row.value[self.data_id], transaction.value[self.transaction_id]
             self.problem = f"data row's id {row_id!r} and transaction id {transaction_id!r} do not compare"
-        return self.data  # its transaction has passed (or the ids do not compare)
+        return self.data
 
     def process(self, record: Record, ctx: Context) -> None:
-        problem, self.problem = self.problem, None
-        if problem is not None:
+        if self.problem is not None:
+            problem, self.problem = self.problem, None
             raise ValueError(problem)
         if record.topic == self.transactions:
             return
@@ -112,7 +119,6 @@ class MergeJoin(MergeProcessor):
         if transaction is not None:
             ctx.send(self.output, {"data": record.value, "transaction": transaction}, key=record.key,
                      headers=record.headers)  # fmt: skip
-            ctx.count(MATCHED)
             return
         if self.unmatched_topic is not None:
             ctx.send(self.unmatched_topic, record.value, key=record.key, headers=record.headers)

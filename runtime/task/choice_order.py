@@ -44,22 +44,24 @@ class ChoiceOrder:
 
     def __init__(self, inputs: Sequence[TopicPartition], decode: Decode, choose: Choose):
         self.queues = {tp: ChoiceQueue(tp) for tp in inputs}
+        self.count = 0  # records queued, over all inputs
+        self.passed: list[Any] = []  # records that could not be decoded, handed to the policy since last asked
         self._by_topic = {tp.topic: self.queues[tp] for tp in inputs}
+        self._each = list(self._by_topic.items())
         self._decode = decode
         self._choose = choose
 
-    @property
-    def count(self) -> int:
-        return sum(queue.count for queue in self.queues.values())
-
     def add(self, tp: TopicPartition, records: list[Any]) -> None:
         self.queues[tp].raw.extend(records)
+        self.count += len(records)
 
     def next(self) -> tuple[TopicPartition, Any, Record] | None:
         """The record chosen next, taken off its queue; None when the processor waits for more."""
         heads = {}
-        for topic, queue in self._by_topic.items():
-            head = self._head(queue)
+        for topic, queue in self._each:
+            head = queue.head
+            if head is None and queue.raw:
+                head = self._head(queue)
             if head is not None:
                 heads[topic] = head
         if not heads:
@@ -67,27 +69,25 @@ class ChoiceOrder:
         topic = self._choose(heads)
         if topic is None:
             return None
-        chosen = self._by_topic.get(topic)
-        if chosen is None or chosen.head is None:
+        record = heads.get(topic)
+        if record is None:
             raise ValueError(f"choose() returned {topic!r}, which is not one of the heads {sorted(heads)}")
-        record = chosen.head
+        chosen = self._by_topic[topic]
         chosen.head = None
+        self.count -= 1
         return chosen.tp, chosen.raw.popleft(), record
-
-    def put_back(self, tp: TopicPartition, raw: Any, record: Record) -> None:
-        """A chosen record that was not processed (the task stopped first) goes first again."""
-        queue = self.queues[tp]
-        queue.raw.appendleft(raw)
-        queue.head = record
 
     def clear(self) -> None:
         for queue in self.queues.values():
             queue.clear()
+        self.count = 0
+        self.passed.clear()
 
     def _head(self, queue: ChoiceQueue) -> Record | None:
         """The queue's first record, decoded; records that cannot be decoded are handed to the policy."""
         while queue.head is None and queue.raw:
             queue.head = self._decode(queue.tp, queue.raw[0])
             if queue.head is None:
-                queue.raw.popleft()
+                self.passed.append(queue.raw.popleft())
+                self.count -= 1
         return queue.head

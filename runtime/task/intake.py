@@ -148,25 +148,36 @@ class Intake:
         """The records the processor chooses, one at a time, until it waits for a record not queued yet,
         or the batch is interrupted."""
         self.busy = True
-        budget = self.queued
+        budget, loop = self.queued, self._loop
+        done: dict[TopicPartition, int] = {}  # the offset after the last record processed, of each input
+        processed = 0
         try:
             await self._order_lists(choices)
-            while budget > 0 and not self._loop.interrupted:
-                before = choices.count
-                try:
-                    chosen = choices.next()
-                except Exception as error:
-                    raise self._choose_failed(error) from error
-                if chosen is None:
-                    self.queued -= before - choices.count  # undecodable heads went to the policy
-                    self.choice_waits = True
-                    break
-                self.choice_waits = False
-                tp, raw, record = chosen
-                await self._loop.process_chosen(tp, raw, record)
-                taken = before - choices.count
-                self.queued -= taken
-                budget -= taken
+            try:
+                while budget > 0 and not loop.interrupted:
+                    before = choices.count
+                    try:
+                        chosen = choices.next()
+                    except Exception as error:
+                        raise self._choose_failed(error) from error
+                    taken = before - choices.count  # the chosen record, and undecodable heads (to the policy)
+                    self.queued -= taken
+                    budget -= taken
+                    if choices.passed:
+                        for passed in choices.passed:
+                            done[TopicPartition(passed.topic, passed.partition)] = passed.offset + 1
+                        choices.passed.clear()
+                    if chosen is None:
+                        self.choice_waits = True
+                        break
+                    self.choice_waits = False
+                    tp, raw, record = chosen
+                    processed += await loop.process_chosen(raw, record)
+                    done[tp] = raw.offset + 1
+            finally:
+                for tp, offset in done.items():  # offsets and outputs once per turn, as the batch loops do
+                    loop.on_batch_done(tp, offset, processed)
+                    processed = 0
             await self._flush_outputs()
         finally:
             self.busy = False

@@ -69,7 +69,7 @@ class RecordLoop:
         self._context = context
         self._services = services
         self._outputs = outputs
-        self._on_batch_done = on_batch_done
+        self.on_batch_done = on_batch_done
         self._is_async = inspect.iscoroutinefunction(processor.process)
 
     async def process(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
@@ -122,7 +122,7 @@ class RecordLoop:
                 done = raw.offset + 1
         finally:
             context.source = context.output_time = None  # punctuations' outputs belong to no record
-            self._on_batch_done(tp, done, processed)
+            self.on_batch_done(tp, done, processed)
         return []
 
     async def _process_observed(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
@@ -185,12 +185,12 @@ class RecordLoop:
                     done = raw.offset + 1
         finally:
             context.trace_fields, context.source, context.output_time = UNTRACED, None, None  # nor to a record
-            self._on_batch_done(tp, done, processed)
+            self.on_batch_done(tp, done, processed)
         return []
 
     def decode(self, tp: TopicPartition, raw: Any) -> Record | None:
         """The record a merge processor sees at the head of a queue; one that cannot be decoded goes to
-        the deserialization policy, its offset counted as done, and None is returned."""
+        the deserialization policy, and None is returned (the caller counts its offset as done)."""
         key_serde, value_serde = self._services.serdes[tp.topic]
         try:
             return self.builders[tp.topic](
@@ -204,11 +204,11 @@ class RecordLoop:
             )
         except Exception as error:  # any decoding error, or event time not found, goes to the policy
             self._undecodable(raw, error)
-            self._on_batch_done(tp, raw.offset + 1, 0)
             return None
 
-    async def process_chosen(self, tp: TopicPartition, raw: Any, record: Record) -> None:
-        """One record a merge processor chose, as the loops process each of theirs."""
+    async def process_chosen(self, raw: Any, record: Record) -> int:
+        """One record a merge processor chose, as the loops process each of theirs: 1 when it was
+        processed, 0 when it failed and the policy went on; the caller brings the offsets up to date."""
         context = self._context
         timestamp = record.timestamp
         if timestamp > context.latest_timestamp:
@@ -220,7 +220,6 @@ class RecordLoop:
         released = len(context.pending)
         context.source, context.output_time = raw, timestamp
         started = time.perf_counter() if metrics.enabled else 0.0
-        processed = 0
         try:
             if tracer.enabled:
                 (decision,) = tracer.decide([raw])
@@ -232,17 +231,18 @@ class RecordLoop:
                     scope = tracer.start_process_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers,
                                                       None, decision)  # fmt: skip
                     await self._process_in_span(scope, record)
+            elif self._is_async:
+                await self._processor.process(record, context)  # type: ignore[misc]
             else:
-                await settle(self._processor.process(record, context))
+                self._processor.process(record, context)
         except Exception as error:  # any processor error goes to the policy
             self._failed(raw, error, released)
-        else:
-            processed = 1
+            return 0
         finally:
             context.trace_fields, context.source, context.output_time = UNTRACED, None, None
-        if metrics.enabled:
-            metrics.record_processing((time.perf_counter() - started) * 1000, self._name)
-        self._on_batch_done(tp, raw.offset + 1, processed)  # not reached when the policy stops at a failure
+            if metrics.enabled:
+                metrics.record_processing((time.perf_counter() - started) * 1000, self._name)
+        return 1
 
     async def _process_in_span(self, scope: ProcessScope, record: Record) -> None:
         """A sampled record (about one in a hundred at a 1% ratio), out of the loop's fast path."""

@@ -173,3 +173,19 @@ def test_a_record_without_its_id_goes_to_the_error_policy_and_the_join_goes_on(b
     asyncio.run(go())
     assert [joined["data"]["row"] for joined in merge.joined()] == ([0, 2] if broken == "row" else [0, 1, 2])
     assert merge.services.counters.skipped == 1
+
+
+def test_a_row_that_cannot_be_decoded_goes_to_the_policy_at_the_head_and_its_offset_is_passed() -> None:
+    merge = Merge(100, 10)
+    rows = [json.dumps({"tx": 1, "row": 0}).encode(), b"{not json", json.dumps({"tx": 1, "row": 2}).encode()]
+
+    async def go() -> None:
+        async with running(merge.task):
+            merge.deliver(TRANSACTIONS, [raw(0, json.dumps({"id": 1}).encode(), "other")])
+            merge.deliver(DATA, [raw(n, value, IN) for n, value in enumerate(rows)])
+            await until_taken(merge, 3)
+
+    asyncio.run(go())
+    assert [joined["data"]["row"] for joined in merge.joined()] == [0, 2]
+    assert merge.services.counters.skipped == 1
+    assert merge.task.next_offsets[DATA] == 3

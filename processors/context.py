@@ -70,6 +70,13 @@ class Context(ABC):
     def session_store(self, name: str) -> SessionStore:
         """This task's instance of a store the processor declares with `kind: session`."""
 
+    def table(self, name: str) -> ReadOnlyStore:
+        """A table of the processor (`tables:` in the YAML): its compacted topic's partition of this task,
+        as of the record being processed (the task takes the table's records and its inputs' in
+        timestamp order), read-only. (Not abstract, so that a context written before tables existed
+        still stands.)"""
+        raise NotImplementedError(f"{type(self).__name__} has no tables")
+
     @abstractmethod
     def global_store(self, name: str) -> ReadOnlyStore:
         """A global store of the app (`global_stores:` in the YAML): the whole table, on every task, read-only."""

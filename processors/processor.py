@@ -39,7 +39,8 @@ class Processor:
     A processor may declare its `params` as a pydantic model, `Params`: the app YAML's `params` are then
     validated against it when the app is loaded, a mistake reported with its path in the YAML
     (`processors[0].params.window.size_ms: ...`) and exit 2 before anything connects. The validation
-    context holds the processor's `name`, `inputs`, `broadcast` and `outputs`, for checks against them. `ctx.params`
+    context holds the processor's `name`, `inputs`, `broadcast`, `outputs` and the names of its
+    `tables`, for checks against them. `ctx.params`
     stays the mapping from the YAML; `self.Params.model_validate(ctx.params)` in `init` gives the model.
     """
 

@@ -90,6 +90,14 @@ class KeyValueStore:
         if self._unlogged is not None:
             self._unlogged[key_bytes] = None
 
+    def write_encoded(self, key_bytes: bytes, value_bytes: bytes | None) -> None:
+        """A write of bytes already encoded (by the topic a table mirrors); `None` deletes."""
+        if self._pending_order is not None and key_bytes not in self._pending:
+            self._pending_order.add(key_bytes)
+        self._pending[key_bytes] = value_bytes
+        if self._unlogged is not None:
+            self._unlogged[key_bytes] = value_bytes
+
     def take_changes(self) -> dict[bytes, bytes | None]:
         """The latest value of each key written since the last call (`None`: deleted), for the changelog."""
         changes = self._unlogged or {}

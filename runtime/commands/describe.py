@@ -35,6 +35,15 @@ class Store:
 
 
 @dataclass(frozen=True)
+class Table:
+    """A compacted topic co-partitioned with the inputs, mirrored into a store of each task."""
+
+    store: str
+    topic: str
+    backend: str
+
+
+@dataclass(frozen=True)
 class ProcessorNode:
     """One processor: a task per partition of its inputs, which are co-partitioned when there are several
     (partition N of each goes to task N)."""
@@ -45,6 +54,7 @@ class ProcessorNode:
     co_partitioned: bool
     inputs: list[Input]
     broadcast: list[Input]  # read whole by every task, each at its own position
+    tables: list[Table]
     outputs: list[Output]
     stores: list[Store]
 
@@ -88,9 +98,10 @@ def topology(app: AppConfig) -> Topology:
             name=processor.name,
             class_path=processor.class_path,
             tasks=app.topics[processor.inputs[0]].partitions,
-            co_partitioned=len(processor.inputs) > 1,
+            co_partitioned=len(processor.inputs) + len(processor.tables) > 1,
             inputs=[Input(topic, app.topics[topic].partitions, writers[topic]) for topic in processor.inputs],
             broadcast=[Input(topic, app.topics[topic].partitions, writers[topic]) for topic in processor.broadcast],
+            tables=[Table(name, table.topic, table.backend) for name, table in processor.tables.items()],
             outputs=[Output(topic, readers[topic]) for topic in processor.outputs],
             stores=_stores(app, processor),
         )
@@ -135,6 +146,9 @@ def render(topology: Topology) -> str:
         for broadcast in processor.broadcast:
             lines.append(f"  reads   {broadcast.topic}{_peers('from', broadcast.written_by)}: broadcast, every task "
                          f"reads its {_count(broadcast.partitions, 'partition')} at its own position")  # fmt: skip
+        for table in processor.tables:
+            lines.append(f"  table   {table.topic} into store {table.store} ({table.backend}), co-partitioned; "
+                         "the topic is its changelog")  # fmt: skip
         for output in processor.outputs:
             lines.append(f"  writes  {output.topic}{_peers('to', output.read_by)}")
         for store in processor.stores:

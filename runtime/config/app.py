@@ -113,7 +113,17 @@ class AppConfig(Strict):
                         raise ValueError(
                             f"processors[{index}].{field_name}: topic '{topic}' is not declared under topics"
                         )
-            counts = {topic: self.topics[topic].partitions for topic in processor.inputs}
+            for name, table in processor.tables.items():
+                if table.topic not in self.topics:
+                    raise ValueError(
+                        f"processors[{index}].tables.{name}.topic: topic '{table.topic}' is not declared under topics"
+                    )
+                if "compact" not in self.topics[table.topic].cleanup_policy:
+                    raise ValueError(
+                        f"processors[{index}].tables.{name}.topic: topic '{table.topic}' is not compacted "
+                        "(cleanup_policy: compact): a table's topic keeps every key's latest value"
+                    )
+            counts = {topic: self.topics[topic].partitions for topic in (*processor.inputs, *processor.table_topics())}
             if len(set(counts.values())) > 1:
                 raise ValueError(
                     f"processors[{index}].inputs: inputs of one processor must be co-partitioned "
@@ -130,6 +140,13 @@ class AppConfig(Strict):
                         )
         store_owners: dict[str, str] = {}
         for index, processor in enumerate(self.processors):
+            for table_store in processor.tables:
+                if table_store in store_owners:
+                    raise ValueError(
+                        f"processors[{index}].tables.{table_store}: the name is already used by processor "
+                        f"'{store_owners[table_store]}' (store names are app-wide)"
+                    )
+                store_owners[table_store] = processor.name
             for store, spec in processor.stores.items():
                 if store in store_owners:
                     raise ValueError(
@@ -179,8 +196,8 @@ class AppConfig(Strict):
         return str(self.kafka.consumer.get("group_id", self.app_id))
 
     def input_topics(self) -> list[str]:
-        """The topics the consumer group reads: every processor's partitioned inputs."""
-        return sorted({topic for processor in self.processors for topic in processor.inputs})
+        """The topics the consumer group reads: every processor's partitioned inputs and tables."""
+        return sorted({topic for p in self.processors for topic in (*p.inputs, *p.table_topics())})
 
     def broadcast_topics(self) -> list[str]:
         """The topics every task of a processor reads whole, outside the consumer group."""

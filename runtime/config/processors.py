@@ -11,7 +11,7 @@ from processors.merge import MergeProcessor
 from processors.processor import Processor
 from runtime.config.common import NAME, Strict, import_subclass
 from runtime.config.processor_params import checked_params, with_stores_params_need
-from runtime.config.stores import StoreConfig
+from runtime.config.stores import StoreConfig, TableConfig
 from stores.serdes import import_object
 
 
@@ -22,6 +22,8 @@ class ProcessorConfig(Strict):
     # Read whole by every task of the processor, each at its own position, kept in the task's state.
     broadcast: list[str] = Field(default_factory=list)
     outputs: list[str] = Field(default_factory=list)
+    # Store name -> a compacted topic co-partitioned with the inputs, looked up with ctx.table(name).
+    tables: dict[str, TableConfig] = Field(default_factory=dict)
     params: dict[str, Any] = Field(default_factory=dict)
     stores: dict[str, StoreConfig] = Field(default_factory=dict, validate_default=True)  # the class may add some
 
@@ -46,6 +48,21 @@ class ProcessorConfig(Strict):
         import_subclass(path, Processor, "processor")
         return path
 
+    @field_validator("tables")
+    @classmethod
+    def _tables_are_inputs_of_their_own(
+        cls, tables: dict[str, TableConfig], info: ValidationInfo
+    ) -> dict[str, TableConfig]:
+        for name, table in tables.items():
+            if not re.match(NAME, name):
+                raise ValueError(f"table name '{name}' may only use letters, digits, '_' and '-'")
+            if table.topic in (*info.data.get("inputs", []), *info.data.get("broadcast", [])):
+                raise ValueError(f"{name}: topic '{table.topic}' is also an input; a topic is read one way")
+        topics = [table.topic for table in tables.values()]
+        if len(set(topics)) < len(topics):
+            raise ValueError(f"a topic is the table of two stores: {sorted(topics)}")
+        return tables
+
     @field_validator("broadcast")
     @classmethod
     def _neither_twice_nor_an_input(cls, broadcast: list[str], info: ValidationInfo) -> list[str]:
@@ -63,10 +80,20 @@ class ProcessorConfig(Strict):
         if not self.broadcast:
             return self
         store = self.broadcast_positions_store
-        if store in self.stores:
+        if store in self.stores or store in self.tables:
             raise ValueError(f"stores.{store}: the name is the processor's broadcast positions' store")
         self.stores[store] = StoreConfig(backend="rocksdb", changelog=True)
         return self
+
+    @model_validator(mode="after")
+    def _tables_are_not_stores(self) -> ProcessorConfig:
+        for name in self.tables:
+            if name in self.stores:
+                raise ValueError(f"tables.{name}: the name is also one of the processor's stores")
+        return self
+
+    def table_topics(self) -> list[str]:
+        return [table.topic for table in self.tables.values()]
 
     @property
     def broadcast_positions_store(self) -> str:

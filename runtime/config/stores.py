@@ -53,6 +53,16 @@ class StoreConfig(Strict):
         return self
 
 
+class TableConfig(Strict):
+    """A compacted topic, co-partitioned with the processor's inputs, materialized into a task-local store
+    (`ctx.table(name)`): the topic itself is the store's changelog, so there is no second copy."""
+
+    topic: str
+    backend: Literal["memory", "rocksdb"] = "rocksdb"
+
+    _valid_topic = field_validator("topic")(classmethod(lambda cls, name: valid_topic_name(name)))
+
+
 class GlobalStoreConfig(Strict):
     """Reference data: the whole topic replicated into every worker, read before any record is processed."""
 

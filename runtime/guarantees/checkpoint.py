@@ -131,6 +131,6 @@ class Checkpoints:
         for checkpoint in committed.checkpoints:
             state = checkpoint.task.state
             if state is not None:
-                state.flush()  # 3
+                state.flush(checkpoint.offsets)  # 3
         for task in committed.lost:
             task.lose()

@@ -130,7 +130,7 @@ async def _ensure_declared(admin: AIOKafkaAdminClient, config: AppConfig) -> dic
                 name, counts[name], config.topics[name].partitions, counts[name],
             )  # fmt: skip
     for index, processor in enumerate(config.processors):
-        actual = {topic: counts[topic] for topic in processor.inputs}
+        actual = {topic: counts[topic] for topic in (*processor.inputs, *processor.table_topics())}
         if len(set(actual.values())) > 1:
             raise ConfigError(
                 f"processors[{index}].inputs: inputs of one processor must be co-partitioned "

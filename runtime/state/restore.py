@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -46,8 +46,10 @@ class ChangelogRestorer:
         counters: Counters,
         tracer: RecordTracer,
         progress: RestoreProgress | None = None,
+        committed: Callable[[TopicPartition], Awaitable[int | None]] | None = None,
     ):
         self._new_consumer = new_consumer
+        self._committed = committed  # the group's committed offset of an input: where a table's restore ends
         self._counters = counters
         self._tracer = tracer
         self._progress = progress or RestoreProgress()
@@ -76,6 +78,9 @@ class ChangelogRestorer:
             consumer.assign([tp])
             start = (await consumer.beginning_offsets([tp]))[tp]
             end = (await consumer.end_offsets([tp]))[tp]
+            if entry.mirrors_input:  # what lies past the committed offset the task reads as input
+                committed = await self._committed(tp) if self._committed is not None else None
+                end = start if committed is None else max(start, min(end, committed))
             stored = entry.store.changelog_offset()
             if stored is not None and not start <= stored <= end:
                 # Ahead of the changelog (it was recreated), or behind its start (deletes may be gone).

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from aiokafka import TopicPartition
 
+from processors.serdes import Serde
 from runtime.config import AppConfig, ProcessorConfig, SnapshotsConfig, StoreConfig
+from runtime.config.stores import TableConfig
 from runtime.kafka.outputs import Outputs
 from stores import (
     Backend,
@@ -39,6 +43,9 @@ class TaskStore:
     backend: Backend  # the store's own, for loading snapshots into
     changelog: TopicPartition | None
     snapshots: SnapshotsConfig | None
+    # A table's store: its changelog is the topic it mirrors, which the task reads as an input; nothing
+    # is logged to it, and it is restored up to the group's committed offset (the rest is read as input).
+    mirrors_input: bool = False
 
 
 def store_path(config: AppConfig, store: str, partition: int) -> Path:
@@ -48,11 +55,19 @@ def store_path(config: AppConfig, store: str, partition: int) -> Path:
 class TaskState:
     """Owns the store instances of one task (processor x partition)."""
 
-    def __init__(self, config: AppConfig, spec: ProcessorConfig, partition: int, outputs: Outputs):
+    def __init__(
+        self,
+        config: AppConfig,
+        spec: ProcessorConfig,
+        partition: int,
+        outputs: Outputs,
+        topic_serdes: Mapping[str, tuple[Serde, Serde]] | None = None,
+    ):
         self.partition = partition
         self._config = config
         self._spec = spec
         self._outputs = outputs
+        self._topic_serdes = topic_serdes or {}
         self.stores: dict[str, TaskStore] = {}
 
     @property
@@ -74,17 +89,30 @@ class TaskState:
                     await asyncio.sleep(0.2)
             snapshots = self._config.snapshots_for(spec)
             self.stores[name] = TaskStore(name, spec, path, store, view, backend, changelog, snapshots)
+        for name, table in self._spec.tables.items():
+            self.stores[name] = await self._open_table(name, table)
+
+    async def _open_table(self, name: str, table: TableConfig) -> TaskStore:
+        """A table's store keeps the topic's bytes as they are, and reads them with the topic's serdes."""
+        path = store_path(self._config, name, self.partition)
+        spec = StoreConfig(backend=table.backend, changelog=False)
+        for attempt in range(LOCK_RETRIES):
+            try:
+                backend = self._backend(name, table.backend, path)
+                break
+            except StoreLocked:
+                if attempt == LOCK_RETRIES - 1:
+                    raise
+                await asyncio.sleep(0.2)
+        keys, values = self._topic_serdes.get(table.topic) or (resolve_serde("msgpack"), resolve_serde("msgpack"))
+        store = KeyValueStore(backend, keys, values, name=name, changelog=False)
+        changelog = TopicPartition(table.topic, self.partition)
+        return TaskStore(name, spec, path, store, None, backend, changelog, None, mirrors_input=True)
 
     def _open(
         self, name: str, spec: StoreConfig, path: Path, changelog: TopicPartition | None
     ) -> tuple[KeyValueStore, WindowStore | SessionStore | None, Backend]:
-        try:
-            backend = open_backend(spec.backend, path)
-        except StoreCorrupted as error:
-            log.warning("store %s partition %d is damaged (%s): wiping it to rebuild from its changelog",
-                        name, self.partition, error)  # fmt: skip
-            wipe(path)
-            backend = open_backend(spec.backend, path)
+        backend = self._backend(name, spec.backend, path)
         keys, values = resolve_serde(spec.key_serde), resolve_serde(spec.value_serde)
         logged = changelog is not None
         if spec.kind == "key_value":
@@ -94,6 +122,19 @@ class TaskState:
         assert spec.retention_ms is not None  # the config requires it of these kinds
         view_class = WindowStore if spec.kind == "window" else SessionStore
         return store, view_class(store, spec.retention_ms, keys, values), backend
+
+    def table_inputs(self) -> dict[TopicPartition, str]:
+        """The table store that mirrors each of the task's table partitions."""
+        return {TopicPartition(table.topic, self.partition): name for name, table in self._spec.tables.items()}
+
+    def _backend(self, name: str, kind: Literal["memory", "rocksdb"], path: Path) -> Backend:
+        try:
+            return open_backend(kind, path)
+        except StoreCorrupted as error:
+            log.warning("store %s partition %d is damaged (%s): wiping it to rebuild from its changelog",
+                        name, self.partition, error)  # fmt: skip
+            wipe(path)
+            return open_backend(kind, path)
 
     def rebuild(self, name: str) -> None:
         """Drop the local copy of a store (ahead of its changelog) and start empty."""
@@ -107,16 +148,19 @@ class TaskState:
     def log_changes(self) -> None:
         """Hand the stores' changes since the last commit to the output path, as changelog records."""
         for entry in self.stores.values():
-            if entry.changelog is not None:
+            if entry.changelog is not None and not entry.mirrors_input:
                 topic, partition, append = entry.changelog.topic, entry.changelog.partition, self._outputs.append
                 for key, value in entry.store.take_changes().items():
                     append(topic, key, value, partition=partition)
 
-    def flush(self) -> None:
-        """Write pending changes with the changelog offset they are covered by (after the acks)."""
+    def flush(self, committed: Mapping[TopicPartition, int]) -> None:
+        """Write pending changes with the changelog offset they are covered by (after the acks); a table's
+        with the input offset just `committed` of the topic it mirrors."""
         for entry in self.stores.values():
             offset = None
-            if entry.changelog is not None:
+            if entry.mirrors_input:
+                offset = committed.get(entry.changelog) if entry.changelog is not None else None
+            elif entry.changelog is not None:
                 offset = self._outputs.acked_ends.get((entry.changelog.topic, entry.changelog.partition))
             entry.store.flush(offset)
 

@@ -214,6 +214,13 @@ class TaskContext(Context):
             f"store, which ctx.{_READ_WITH[kind]}('{entry.name}') hands out"
         )
 
+    def table(self, name: str) -> ReadOnlyStore:
+        entry = self._state.stores.get(name) if self._state is not None else None
+        if entry is None or not entry.mirrors_input:
+            tables = sorted(n for n, e in self._state.stores.items() if e.mirrors_input) if self._state else []
+            raise KeyError(f"processor '{self._processor_name}' has no table '{name}' (it has {tables})")
+        return ReadOnlyStore(entry.store)
+
     def global_store(self, name: str) -> ReadOnlyStore:
         store = self._global_stores.get(name)
         if store is None:

@@ -37,6 +37,8 @@ class Intake:
         flush_outputs: Callable[[], Awaitable[None]],
         after_take: Callable[[], None],
         choose_failed: Callable[[Exception], StopAfterCommit],
+        tables: frozenset[TopicPartition] = frozenset(),
+        write_table: Callable[[TopicPartition, list[Any]], None] | None = None,
     ):
         self.lists: deque[tuple[TopicPartition, list[Any]]] = deque()  # as handed over, not ordered yet
         self.queued = 0
@@ -51,6 +53,8 @@ class Intake:
         self._flush_outputs = flush_outputs
         self._after_take = after_take
         self._choose_failed = choose_failed
+        self._tables = tables  # inputs that are tables: their records update a store, never reach `process`
+        self._write_table = write_table
 
     def add(self, tp: TopicPartition, records: list[Any]) -> None:
         order = self.order
@@ -134,7 +138,11 @@ class Intake:
                 if run is None:
                     break
                 tp, records = run
-                rest = await self._loop.process(tp, records)
+                if tp in self._tables:
+                    self._take_table_run(tp, records)
+                    rest = []
+                else:
+                    rest = await self._loop.process(tp, records)
                 if rest:
                     merge.put_back(tp, rest)
                 self.queued -= len(records) - len(rest)
@@ -143,6 +151,13 @@ class Intake:
         finally:
             self.busy = False
             self._after_take()
+
+    def _take_table_run(self, tp: TopicPartition, records: list[Any]) -> None:
+        """A table's records, in their place in timestamp order: the table then holds, for each record of
+        the other inputs after them, the values as of that record's time."""
+        assert self._write_table is not None, "a task with tables has a store for them"
+        self._write_table(tp, records)
+        self._loop.on_batch_done(tp, records[-1].offset + 1, 0)
 
     async def _take_choices(self, choices: ChoiceOrder) -> None:
         """The records the processor chooses, one at a time, until it waits for a record not queued yet,

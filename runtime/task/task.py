@@ -130,9 +130,11 @@ class Task:
             order = ChoiceOrder(every_input, self._loop.decode, processor.choose)
         elif len(every_input) > 1:
             order = self._timestamp_order(every_input)
+        self._tables = state.table_inputs() if state is not None else {}
         self.intake = Intake(  # what is queued here, and the order it is taken in
             self._loop, order, self._group_inputs, end_offsets, services.commit_before_processing, outputs.flush,
-            self._after_take, lambda error: self._lifecycle_failed("choose()", error),
+            self._after_take, lambda error: self._lifecycle_failed("choose()", error), frozenset(self._tables),
+            self._write_table,
         )  # fmt: skip
         self._stream_time_checkpoint = self._committed_stream_time = context.stream_time_now()
 
@@ -260,6 +262,13 @@ class Task:
             async with self.turn:
                 await self._punctuate()
                 await self.intake.take()
+
+    def _write_table(self, tp: TopicPartition, records: list[Any]) -> None:
+        """A table's records into its store, as the topic holds them (a record without a value deletes)."""
+        assert self.state is not None
+        write = self.state.stores[self._tables[tp]].store.write_encoded
+        for raw in records:
+            write(raw.key, raw.value)
 
     def _after_take(self) -> None:
         """Fetching resumes where a queue went down to its resume mark."""

@@ -101,8 +101,10 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
         started = []
         for spec in self._config.processors:
             for partition, tps in by_partition.items():
-                # As the processor lists them: of records with equal timestamps, the first input's go first.
-                inputs = [tp for topic in dict.fromkeys(spec.inputs) for tp in tps if tp.topic == topic]
+                # As the processor lists them, tables last: of records with equal timestamps, the first input's
+                # go first.
+                topics = dict.fromkeys([*spec.inputs, *spec.table_topics()])
+                inputs = [tp for topic in topics for tp in tps if tp.topic == topic]
                 task_id = TaskId(spec.name, partition)
                 if inputs and task_id not in self.tasks and not self._outcome.stopping:
                     self._start(self._build(spec, task_id, inputs))
@@ -119,7 +121,8 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
                 f"processor '{spec.name}' could not be constructed for task {task_id}: {type(error).__name__}: {error}"
             ) from error
         outputs = self._outputs_for(task_id)
-        state = TaskState(self._config, spec, task_id.partition, outputs) if spec.stores else None
+        stateful = spec.stores or spec.tables
+        state = TaskState(self._config, spec, task_id.partition, outputs, self._services.serdes) if stateful else None
         broadcast = None
         if spec.broadcast:
             assert state is not None and self._services.broadcast is not None  # the config adds the positions' store

@@ -174,7 +174,9 @@ class Worker:
         backpressure = self._backpressure = Backpressure(consumer, config.queue, counters)
         committer = self._committer(consumer, shared)
         checkpoints = Checkpoints(committer, config.commit_interval_s)
-        restorer = ChangelogRestorer(self._restore_consumer, counters, self.telemetry.tracer)
+        restorer = ChangelogRestorer(
+            self._restore_consumer, counters, self.telemetry.tracer, committed=consumer.committed
+        )
         end_offsets = await self._end_offsets(consumer, partition_counts) if self._until_caught_up else None
         services = TaskServices(
             failures,

@@ -240,7 +240,7 @@ class FakeState:
     def log_changes(self) -> None:
         self._log.append(f"{self._name} log changes")
 
-    def flush(self) -> None:
+    def flush(self, committed: Mapping[TopicPartition, int] | None = None) -> None:
         self._log.append(f"{self._name} flush stores")
 
     def discard(self) -> None:

@@ -1,0 +1,79 @@
+"""Tables in the app YAML: what the config makes of them, what it refuses (naming the field), and how
+`describe` shows them."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import pytest
+
+from runtime.commands.describe import render, topology
+from runtime.config import ConfigError, parse_app
+
+APP: dict[str, Any] = {
+    "app_id": "shop",
+    "topics": {
+        "orders": {"partitions": 4, "key_serde": "str", "value_serde": "json"},
+        "customers": {"partitions": 4, "key_serde": "str", "value_serde": "json", "cleanup_policy": "compact"},
+        "enriched": {"partitions": 4, "key_serde": "str", "value_serde": "json"},
+    },
+    "processors": [{
+        "name": "enrich",
+        "class": "processors.joins:TableJoin",
+        "inputs": ["orders"],
+        "tables": {"customers": {"topic": "customers"}},
+        "outputs": ["enriched"],
+        "params": {"table": "customers", "output": "enriched", "join": "left"},
+    }],
+}  # fmt: skip
+
+
+def test_a_table_is_read_by_the_group_and_describe_shows_it_as_its_own_changelog() -> None:
+    app = parse_app(APP)
+    assert app.input_topics() == ["customers", "orders"]
+    assert app.processors[0].table_topics() == ["customers"]
+    described = topology(app)
+    assert described.internal_topics == [], "no changelog topic of its own"
+    assert described.processors[0].co_partitioned
+    assert "  table   customers into store customers (rocksdb), co-partitioned; the topic is its changelog\n" in (
+        render(described) + "\n"
+    )
+
+
+def edit(path: str, value: Any) -> Any:
+    def apply(app: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node = app
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        node[last] = value
+
+    return apply
+
+
+CASES = [
+    (edit("processors.0.tables.customers.topic", "nowhere"),
+     r"processors\[0\]\.tables\.customers\.topic: topic 'nowhere' is not declared under topics"),
+    (edit("topics.customers.cleanup_policy", "delete"),
+     r"processors\[0\]\.tables\.customers\.topic: topic 'customers' is not compacted"),
+    (edit("topics.customers.partitions", 2),
+     r"processors\[0\]\.inputs: inputs of one processor must be co-partitioned"),
+    (edit("processors.0.tables.customers.topic", "orders"),
+     r"processors\[0\]\.tables: customers: topic 'orders' is also an input"),
+    (edit("processors.0.stores", {"customers": {}}),
+     r"tables\.customers: the name is also one of the processor's stores"),
+    (edit("processors.0.params.table", "suppliers"),
+     r"processors\[0\]\.params\.table: 'suppliers' is not among the processor's tables \['customers'\]"),
+    (edit("processors.0.params.join", "outer"), r"processors\[0\]\.params\.join: Input should be 'inner' or 'left'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("change", "expected"), CASES)
+def test_a_mistake_names_its_field(change: Any, expected: str) -> None:
+    app = copy.deepcopy(APP)
+    change(app)
+    with pytest.raises(ConfigError) as raised:
+        parse_app(app)
+    assert re.search(expected, str(raised.value)), f"{expected!r} not in {raised.value}"

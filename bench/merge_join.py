@@ -59,7 +59,7 @@ def app_yaml(bootstrap: str, data: str, transactions_topic: str, partitions: int
         },
         "processors": [{
             "name": "merge",
-            "class": "bench.processors:SlowMergeJoin" if slow_every else "processors.joins:MergeJoin",
+            "class": "bench.join_processors:SlowMergeJoin" if slow_every else "processors.joins:MergeJoin",
             "inputs": [data],
             "broadcast": [transactions_topic],
             "outputs": [f"{app_id}-joined"],

@@ -6,7 +6,6 @@ import asyncio
 import time
 
 from processors import Context, Processor, Record
-from processors.joins import MergeJoin, MergeJoinParams
 
 # A list, as the producer's batch builder takes headers: it goes to every output as it is.
 _UNSAMPLED_TRACEPARENT = [("traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")]
@@ -70,22 +69,3 @@ class PacedTransform(Processor):
             await asyncio.sleep(due - now)
         self._next = due + self._interval
         ctx.send(self._output, {**record.value, "seen": True}, key=record.key)
-
-
-class SlowMergeJoinParams(MergeJoinParams):
-    slow_every: int = 0  # sleep 1 ms every this many data rows
-
-
-class SlowMergeJoin(MergeJoin):
-    """`MergeJoin` that sleeps 1 ms every `slow_every` rows: a processor far slower than its input."""
-
-    Params = SlowMergeJoinParams
-
-    def init(self, ctx: Context) -> None:
-        super().init(ctx)
-        self._slow_every = SlowMergeJoinParams.model_validate(ctx.params).slow_every
-
-    async def process(self, record: Record, ctx: Context) -> None:  # type: ignore[override]
-        if record.offset % self._slow_every == 0:
-            await asyncio.sleep(0.001)
-        super().process(record, ctx)

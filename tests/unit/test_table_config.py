@@ -45,7 +45,7 @@ def test_a_table_is_read_by_the_group_and_describe_shows_it_as_its_own_changelog
 def edit(path: str, value: Any) -> Any:
     def apply(app: dict[str, Any]) -> None:
         *parents, last = path.split(".")
-        node = app
+        node: Any = app
         for part in parents:
             node = node[int(part)] if part.isdigit() else node[part]
         node[last] = value

@@ -16,12 +16,13 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from runtime.schema_registry.client import RegistryClient, RegistryUnavailable, SchemaNotFound
+from runtime.schema_registry.client import RegistryClient, RegistryRefused, RegistryUnavailable, SchemaNotFound
 from runtime.schema_registry.config import SchemaRegistryConfig
 from runtime.schema_registry.serdes import registry_serde
 from tests.conftest import TopicNamer
 from tests.support.commands import json_lines, run_command
 from tests.support.kafka_helpers import KEPT, create_topic, produce, read_topic
+from tests.support.registry_proxy import authenticating_proxy
 from tests.support.running import spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
@@ -219,3 +220,25 @@ async def test_produce_and_consume_round_trip_avro_and_json_schema_values(
         assert raw.value is not None and raw.value[0] == 0, "the wire format: a zero byte, then the schema id"
     refused = run_command(kafka_bootstrap, "produce", orders, "--app", str(path), stdin='{"value": {"items": []}}')
     assert refused.returncode == 1 and "data must contain ['id'] properties" in refused.stderr
+
+
+def test_credentials_reach_a_registry_that_asks_for_them_and_schemas_are_fetched_once_per_id(
+    schema_registry: str, tmp_path: Path
+) -> None:
+    with authenticating_proxy(schema_registry, "app", "s3cret") as (url, passed):
+        writer = RegistryClient(SchemaRegistryConfig(url=url, username="app", password="s3cret"))
+        topic = fresh_topic()
+        serde = registry_serde("avro", writer, topic, "value", schema_file(tmp_path, "v1.avsc", PAYMENT))
+        written = [serde.serialize({"id": f"p{n}", "amount": n}) for n in range(50)]
+
+        client = RegistryClient(SchemaRegistryConfig(url=url, username="app", password="s3cret"))
+        reader = registry_serde("avro", client, topic, "value", None)
+        assert [reader.deserialize(record)["id"] for record in written] == [f"p{n}" for n in range(50)]
+        schema_id = int.from_bytes(written[0][1:5], "big")
+        fetched = sum(count for path, count in passed.items() if path.endswith(f"/schemas/ids/{schema_id}"))
+        assert fetched == 1, "50 records of one schema: it is fetched once, then taken from the cache"
+
+        wrong = RegistryClient(SchemaRegistryConfig(url=url, username="app", password="guess"))
+        refused = registry_serde("avro", wrong, fresh_topic(), "value", schema_file(tmp_path, "v1.avsc", PAYMENT))
+        with pytest.raises(RegistryRefused, match="401"):
+            refused.serialize({"id": "p", "amount": 1})

@@ -1,5 +1,5 @@
 # The two commands of the README: `make example` and `make test`.
-.PHONY: setup example example-minutes example-sessions example-cdc test test-jaeger lint unit bench clean
+.PHONY: setup example example-minutes example-sessions example-cdc example-enrichment test test-jaeger lint unit bench clean
 
 setup:
 	./scripts/setup.sh
@@ -17,6 +17,10 @@ example-sessions: setup
 # Seed 001's merge join of CDC rows with their transactions (examples/cdc_merge/), checked end to end.
 example-cdc: setup
 	.venv/bin/python -m examples.cdc_merge.run
+
+# Payments enriched with their account as of each payment's time (examples/enrichment/), checked end to end.
+example-enrichment: setup
+	.venv/bin/python -m examples.enrichment.run
 
 lint: setup
 	.venv/bin/ruff check .

@@ -113,6 +113,11 @@ def topology(app: AppConfig) -> Topology:
         InternalTopic(topic, f"changelog of store {store} (compacted)", tasks[owners[store]])
         for topic, store in changelog_topics(app).items()
     ]
+    internal += [
+        InternalTopic(p.repartition_topic, f"repartition: the inputs of {p.name}, re-keyed (purged once read)",
+                      app.topics[p.repartition_topic].partitions)
+        for p in app.processors if p.repartition_topic is not None
+    ]  # fmt: skip
     dead_letters = ErrorPolicy.DEAD_LETTER in (app.errors.deserialization, app.errors.processing) or any(
         spec.errors == "dead_letter" for spec in app.global_stores.values()
     )

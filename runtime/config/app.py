@@ -103,6 +103,7 @@ class AppConfig(Strict):
 
     @model_validator(mode="after")
     def _references(self) -> AppConfig:
+        self._put_rekeying_in_front()
         names = [p.name for p in self.processors]
         for index, processor in enumerate(self.processors):
             if names.count(processor.name) > 1:
@@ -168,6 +169,39 @@ class AppConfig(Strict):
             # The dead-letter topic always exists as bytes, whatever the app's serdes are.
             self.topics[self.dead_letter_topic] = TopicConfig(key_serde="bytes", value_serde="bytes")
         return self
+
+    def _put_rekeying_in_front(self) -> None:
+        """Each processor with `repartition:` reads the app's topic `<app>-<name>-repartition` instead of its
+        inputs, and a stage `<name>-repartition` (processors.repartition:Rekey) in front of it reads those
+        and writes that topic under the new key, in the topic's partitions by Kafka's partitioner."""
+        for index, processor in reversed(list(enumerate(self.processors))):
+            if processor.repartition is None or processor.repartition_topic is not None:
+                continue
+            for topic in processor.inputs:
+                if topic not in self.topics:
+                    raise ValueError(f"processors[{index}].inputs: topic '{topic}' is not declared under topics")
+            topic = self.repartition_topic(processor.name)
+            derived_topic(f"processors[{index}].repartition", "repartition", topic)
+            if topic in self.topics:
+                raise ValueError(f"processors[{index}].repartition: the topic {topic} is declared under topics")
+            partitions = processor.repartition.partitions or self.topics[processor.inputs[0]].partitions
+            self.topics[topic] = TopicConfig(partitions=partitions, key_serde=processor.repartition.key_serde,
+                                             value_serde="msgpack")  # fmt: skip
+            stage = ProcessorConfig.model_validate({
+                "name": f"{processor.name}-repartition",
+                "class": "processors.repartition:Rekey",
+                "inputs": processor.inputs,
+                "outputs": [topic],
+                "params": {"key": processor.repartition.key, "output": topic},
+            })  # fmt: skip
+            self.processors[index] = processor.reading_repartition(topic)
+            self.processors.insert(index, stage)
+
+    def repartition_topic(self, processor: str) -> str:
+        return f"{self.app_id}-{processor}-repartition"
+
+    def repartition_topics(self) -> list[str]:
+        return [p.repartition_topic for p in self.processors if p.repartition_topic is not None]
 
     @property
     def commit_interval_s(self) -> float:

@@ -5,14 +5,27 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from processors.merge import MergeProcessor
 from processors.processor import Processor
-from runtime.config.common import NAME, Strict, import_subclass
+from processors.repartition import checked_key
+from runtime.config.common import MAX_PARTITIONS, NAME, Strict, import_subclass, known_serde
 from runtime.config.processor_params import checked_params, with_stores_params_need
 from runtime.config.stores import StoreConfig, TableConfig
 from stores.serdes import import_object
+
+
+class RepartitionConfig(Strict):
+    """Re-key the processor's inputs through a topic of the app's own, `<app>-<processor>-repartition`, so
+    that its tasks are co-partitioned on the new key (a stage `processors.repartition:Rekey` in front)."""
+
+    key: str  # a field of the value, or module:function(record) -> key
+    partitions: int | None = Field(default=None, ge=1, le=MAX_PARTITIONS)  # default: the inputs'
+    key_serde: str = "msgpack"
+
+    _key_is_valid = field_validator("key")(classmethod(lambda cls, key: checked_key(key)))
+    _serde_exists = field_validator("key_serde")(classmethod(lambda cls, name: known_serde(name)))
 
 
 class ProcessorConfig(Strict):
@@ -24,6 +37,8 @@ class ProcessorConfig(Strict):
     outputs: list[str] = Field(default_factory=list)
     # Store name -> a compacted topic co-partitioned with the inputs, looked up with ctx.table(name).
     tables: dict[str, TableConfig] = Field(default_factory=dict)
+    repartition: RepartitionConfig | None = None
+    _repartition_topic: str | None = PrivateAttr(default=None)  # set by the app: the topic it reads instead
     params: dict[str, Any] = Field(default_factory=dict)
     stores: dict[str, StoreConfig] = Field(default_factory=dict, validate_default=True)  # the class may add some
 
@@ -94,6 +109,17 @@ class ProcessorConfig(Strict):
 
     def table_topics(self) -> list[str]:
         return [table.topic for table in self.tables.values()]
+
+    @property
+    def repartition_topic(self) -> str | None:
+        """The app's topic this processor reads, re-keyed, in place of its inputs (with `repartition:`)."""
+        return self._repartition_topic
+
+    def reading_repartition(self, topic: str) -> ProcessorConfig:
+        """This processor, reading `topic` in place of its inputs."""
+        copy = self.model_copy(update={"inputs": [topic]})
+        copy._repartition_topic = topic
+        return copy
 
     @property
     def broadcast_positions_store(self) -> str:

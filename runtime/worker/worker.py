@@ -41,6 +41,7 @@ from runtime.worker.collector import bulk_allocations, freeze_what_lives
 from runtime.worker.levels import register_levels
 from runtime.worker.outcome import Outcome
 from runtime.worker.poll_loop import poll
+from runtime.worker.purge import RepartitionPurge
 from runtime.worker.unfetched import Unfetched
 from stores import StoreError
 
@@ -212,6 +213,8 @@ class Worker:
         follower = spawn(self._supervised("following the global stores", self.global_stores.follow()), "follower")
         tasks = lambda: list(assignment.tasks.values())  # noqa: E731
         timer = spawn(self._supervised("the commit timer", checkpoints.commit_periodically(tasks)), "commit timer")
+        purge = RepartitionPurge(consumer, self._clients.admin, set(config.repartition_topics()))
+        purger = spawn(purge.periodically(), "repartition purge") if config.repartition_topics() else None
         consumer.subscribe(config.input_topics(), listener=assignment)
         try:
             await self._supervised(
@@ -219,9 +222,13 @@ class Worker:
             )
         finally:
             follower.cancel()
+            if purger is not None:
+                purger.cancel()
             checkpoints.stop_timer()
             await timer
             await assignment.stop_all(commit=outcome.commits_at_stop(config.guarantee is Guarantee.EXACTLY_ONCE))
+            if purger is not None:
+                await purge.once()  # what the last commit passed
 
     async def _supervised(self, what: str, work: Coroutine[Any, Any, None]) -> None:
         try:

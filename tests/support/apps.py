@@ -147,3 +147,8 @@ class Taxed(Processor):
     def process(self, record: Record, ctx: Context) -> None:
         payment = record.value
         ctx.send(str(ctx.params["output"]), {**payment, "tax": payment["amount"] // 10}, key=record.key)
+
+
+def merchant_of(record: Record) -> str:
+    """A key function for `repartition: {key: tests.support.apps:merchant_of}`."""
+    return str(record.value["merchant"]).upper()

@@ -1,0 +1,122 @@
+"""The stream-stream join: records of two co-partitioned inputs with the same key and timestamps at most
+`time_difference_ms` apart are joined, as Kafka Streams' KStream-KStream join with
+`JoinWindows.ofTimeDifferenceAndGrace`.
+
+Each side's records wait in a window store of their own, under (key, timestamp), for the other side's
+records of their window: a record is joined with every record of the other side already there, and waits
+for those to come, until its window closes, `time_difference_ms + grace_ms` after its timestamp in stream
+time. A record that comes after its window closed is late: counted (`late_records`) and dropped. A left
+(or outer) join sends a left (or either) record that never met one of the other side, with null for the
+other side, only once its window closed, so no record is sent with null and then joined after all
+(KIP-633). The task takes both inputs in timestamp order, so the results do not depend on which input
+Kafka got first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from processors.context import Context
+from processors.processor import Processor
+from processors.record import Record
+
+LATE = "late_records"  # ctx.count name: a record whose window had closed
+
+
+class WindowJoinParams(BaseModel):
+    """`params` of `processors.joins:WindowJoin` (docs/joins.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    left: str  # an input topic
+    right: str  # the other input topic
+    time_difference_ms: int = Field(ge=0)
+    grace_ms: int = Field(default=0, ge=0)
+    join: Literal["inner", "left", "outer"] = "inner"
+    output: str
+
+    @field_validator("left", "right")
+    @classmethod
+    def _an_input(cls, topic: str, info: ValidationInfo) -> str:
+        inputs = info.context.get("inputs") if isinstance(info.context, dict) else None
+        if inputs is not None and topic not in inputs:
+            raise ValueError(f"topic '{topic}' is not among the processor's inputs {sorted(inputs)}")
+        return topic
+
+    @field_validator("output")
+    @classmethod
+    def _among_outputs(cls, topic: str, info: ValidationInfo) -> str:
+        outputs = info.context.get("outputs") if isinstance(info.context, dict) else None
+        if outputs is not None and topic not in outputs:
+            raise ValueError(f"topic '{topic}' is not among the processor's outputs {sorted(outputs)}")
+        return topic
+
+    @model_validator(mode="after")
+    def _two_sides(self) -> WindowJoinParams:
+        if self.left == self.right:
+            raise ValueError("left and right are two topics")
+        return self
+
+    @property
+    def closes_after_ms(self) -> int:
+        """How long after its timestamp, in stream time, a record's window closes."""
+        return self.time_difference_ms + self.grace_ms
+
+
+class WindowJoin(Processor):
+    """Sends each pair joined to `params.output`: the key, the value `{"left": ..., "right": ...}` (null for
+    a side a left or outer join sends alone), the later of the two timestamps."""
+
+    Params: ClassVar[type[WindowJoinParams]] = WindowJoinParams
+
+    @classmethod
+    def stores_for(cls, params: Any, name: str) -> Mapping[str, Mapping[str, Any]]:
+        """A window store per side, keeping a record as long as another may still join it."""
+        retention = 2 * params.time_difference_ms + params.grace_ms + 1
+        return {f"{name}-{side}": {"kind": "window", "retention_ms": retention} for side in ("left", "right")}
+
+    def init(self, ctx: Context) -> None:
+        params = self.Params.model_validate(ctx.params)
+        self.left_topic, self.output = params.left, params.output
+        self.difference, self.closes_after = params.time_difference_ms, params.closes_after_ms
+        self.left = ctx.window_store(f"{ctx.processor_name}-left")
+        self.right = ctx.window_store(f"{ctx.processor_name}-right")
+        self.sent_alone = {"inner": (), "left": (self.left,), "outer": (self.left, self.right)}[params.join]
+
+    def process(self, record: Record, ctx: Context) -> None:
+        own, other = (self.left, self.right) if record.topic == self.left_topic else (self.right, self.left)
+        timestamp, stream_time = record.timestamp, own.stream_time
+        if timestamp + self.closes_after < stream_time:
+            ctx.count(LATE)
+            return
+        if timestamp > stream_time:  # first, while the stores still hold what closes now
+            self._send_closed_alone(ctx, stream_time, timestamp)
+        own.advance(timestamp)
+        other.advance(timestamp)
+        met = False
+        for other_time, waiting in other.fetch(record.key, timestamp - self.difference, timestamp + self.difference):
+            for entry in waiting:
+                self._send(ctx, record.key, record.value, entry[0], own is self.left, max(timestamp, other_time))
+                entry[1] = True
+            other.put(record.key, other_time, waiting)
+            met = True
+        own.put(record.key, timestamp, [*own.get(record.key, timestamp, []), [record.value, met]])
+
+    def _send_closed_alone(self, ctx: Context, before: int, stream_time: int) -> None:
+        """The records whose windows close as stream time moves from `before` to `stream_time` and that met
+        none of the other side: sent alone (left and outer joins), and forgotten. (None of them could meet
+        the record that moves it: that one is at least `time_difference_ms + grace_ms` younger.)"""
+        closed_from, closed_to = before - self.closes_after, stream_time - self.closes_after - 1
+        for store in self.sent_alone:
+            for key, timestamp, waiting in list(store.fetch_all(closed_from, closed_to)):
+                for value, met in waiting:
+                    if not met:
+                        self._send(ctx, key, value, None, store is self.left, timestamp)
+                store.delete(key, timestamp)
+
+    def _send(self, ctx: Context, key: Any, value: Any, other: Any, value_is_left: bool, timestamp: int) -> None:
+        joined = {"left": value, "right": other} if value_is_left else {"left": other, "right": value}
+        ctx.send(self.output, joined, key=key, timestamp=timestamp)

@@ -1,0 +1,85 @@
+"""The stream-stream join on a real broker: two co-partitioned topics written to Kafka one after the other,
+taken in timestamp order by each task, joined within the time difference, and the result equal to the
+plain-Python join of each partition's records."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from runtime.config import parse_app
+from runtime.worker.worker import Worker
+from stores.partitioner import partition_for
+from tests.conftest import TopicNamer
+from tests.support.kafka_helpers import create_topic, read_topic
+from tests.unit.test_window_join import Event, reference
+
+pytestmark = pytest.mark.anyio
+
+PARTITIONS = 2
+DIFFERENCE, GRACE = 40, 10
+
+
+def events(count: int, start: int) -> list[Event]:
+    rng = random.Random(9)
+    out, now = [], start
+    for number in range(count):
+        now += rng.randint(0, 15)
+        out.append((rng.choice("LR"), f"user-{rng.randrange(5)}", now, number))
+    return out
+
+
+@pytest.mark.parametrize("join", ["inner", "outer"])
+async def test_each_partitions_pairs_within_the_difference_are_joined(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path, join: str
+) -> None:
+    topics = {"L": topic_name("views"), "R": topic_name("clicks"), "out": topic_name("joined")}
+    for topic in topics.values():
+        await create_topic(kafka_bootstrap, topic, PARTITIONS)
+    start = 1_767_225_600_000
+    given = events(400, start)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=5)
+    await producer.start()
+    try:
+        for side in ("R", "L"):  # the right side to Kafka first: the task's timestamp order decides
+            for _, key, timestamp, number in (event for event in given if event[0] == side):
+                await producer.send(
+                    topics[side], msgpack.packb({"n": number}), key=key.encode(), timestamp_ms=timestamp
+                )
+        await producer.flush()
+    finally:
+        await producer.stop()
+    app: dict[str, Any] = {
+        "app_id": topic_name("app"),
+        "kafka": {"bootstrap_servers": kafka_bootstrap},
+        "topics": {topic: {"partitions": PARTITIONS, "key_serde": "str"} for topic in topics.values()},
+        "processors": [{
+            "name": "join",
+            "class": "processors.joins:WindowJoin",
+            "inputs": [topics["L"], topics["R"]],
+            "outputs": [topics["out"]],
+            "params": {"left": topics["L"], "right": topics["R"], "time_difference_ms": DIFFERENCE,
+                       "grace_ms": GRACE, "join": join, "output": topics["out"]},
+        }],
+        "state_dir": str(tmp_path / "state"),
+        "max_task_idle_ms": 2000,
+    }  # fmt: skip
+    await asyncio.wait_for(Worker(parse_app(app), kafka_bootstrap, until_caught_up=True).run(), 120)
+
+    found: Counter[Any] = Counter()
+    for record in await read_topic(kafka_bootstrap, topics["out"]):
+        value = msgpack.unpackb(record.value)
+        left, right = (None if side is None else side["n"] for side in (value["left"], value["right"]))
+        found[(record.key.decode(), left, right, record.timestamp)] += 1
+    expected: Counter[Any] = Counter()
+    for partition in range(PARTITIONS):
+        mine = [event for event in given if partition_for(event[1].encode(), PARTITIONS) == partition]
+        expected += reference(mine, DIFFERENCE, GRACE, join)
+    assert found == expected

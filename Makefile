@@ -1,5 +1,5 @@
 # The two commands of the README: `make example` and `make test`.
-.PHONY: setup example example-minutes example-sessions example-cdc example-enrichment test test-jaeger lint unit bench clean
+.PHONY: setup example example-minutes example-sessions example-cdc example-enrichment example-merchants test test-jaeger lint unit bench clean
 
 setup:
 	./scripts/setup.sh
@@ -21,6 +21,10 @@ example-cdc: setup
 # Payments enriched with their account as of each payment's time (examples/enrichment/), checked end to end.
 example-enrichment: setup
 	.venv/bin/python -m examples.enrichment.run
+
+# Totals per merchant from payments keyed by account, through a repartition topic (examples/merchant_totals/).
+example-merchants: setup
+	.venv/bin/python -m examples.merchant_totals.run
 
 lint: setup
 	.venv/bin/ruff check .

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import time
 import uuid
 from dataclasses import asdict
 from pathlib import Path
@@ -29,7 +30,11 @@ from bench.data import fill_topic
 from bench.stats import median, run_directory, write_result
 from bench.throughput import Measurement, finish_output, median_of, timeout_for
 
-FIRST_MS = 1_767_225_600_000  # the table's records from here on, a millisecond apart; the stream's after them
+
+def first_ms() -> int:
+    """The table's records from an hour ago on, a millisecond apart, the stream's after them: recent enough
+    that the broker's retention (7 days) keeps them."""
+    return time.time_ns() // 1_000_000 - 3_600_000
 
 
 def parse_args() -> argparse.Namespace:
@@ -89,10 +94,11 @@ def main() -> None:
         stream, table = f"bench-orders-{suffix}", f"bench-customers-{suffix}"
         asyncio.run(create_topics(bootstrap, {stream: args.partitions, table: args.partitions}))
         print(f"filling {table} with {args.keys:,} table records and {stream} with {args.records:,} records")
+        first = first_ms()
         asyncio.run(fill_topic(bootstrap, table, args.keys, args.partitions, args.keys, "json",
-                               timestamp=lambda i: FIRST_MS + i))  # fmt: skip
+                               timestamp=lambda i: first + i))  # fmt: skip
         asyncio.run(fill_topic(bootstrap, stream, args.records, args.partitions, args.keys, "json",
-                               timestamp=lambda i: FIRST_MS + args.keys + i))  # fmt: skip
+                               timestamp=lambda i: first + args.keys + i))  # fmt: skip
         for number in range(1, args.runs + 1):
             for guarantee in args.guarantees:
                 app = app_yaml(bootstrap, stream, table, args.partitions, guarantee, workdir / "state")

@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
-import random
 import sys
 from collections import Counter
 from pathlib import Path
@@ -25,8 +23,8 @@ from pathlib import Path
 from aiokafka import TopicPartition
 
 from examples.acquirers.run import run_app
-from examples.broker import kafka
 from examples.cdc_merge.changes import FIRST_LSN, Transaction, joined, produce, transactions
+from examples.demo_cli import run_plain_demo
 from examples.payments.run import ROOT, end_offsets, ensure_topics, high_watermarks, scan
 from processors.joins import MergeJoinParams
 from runtime.config import load_app
@@ -93,19 +91,12 @@ def demo(app_yaml: Path, bootstrap: str, count: int, seed: int, timeout_s: float
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m examples.cdc_merge.run", description=__doc__.splitlines()[0])
     parser.add_argument("--transactions", type=int, default=2_000, help="transactions to write (default 2000)")
-    parser.add_argument("--seed", type=int, help="default: a new one each run (printed, to reproduce it)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds the app may take")
-    parser.add_argument("--keep-broker", action="store_true", help="leave a broker started here running")
-    args = parser.parse_args(argv)
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)
-    with kafka(args.keep_broker) as bootstrap:
-        problems = demo(APP_YAML, bootstrap, args.transactions, seed, args.timeout)
-    if problems:
-        print("FAILED:", *problems, sep="\n  ", file=sys.stderr)
-        return 1
-    print("OK: every row came out once, joined with its own transaction, and none unmatched")
-    return 0
+    return run_plain_demo(
+        parser,
+        argv,
+        lambda bootstrap, args, seed: demo(APP_YAML, bootstrap, args.transactions, seed, args.timeout),
+        "OK: every row came out once, joined with its own transaction, and none unmatched",
+    )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
-import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from examples.acquirers.run import run_app
-from examples.broker import kafka
+from examples.demo_cli import run_plain_demo
 from examples.enrichment.accounts import enriched, produce, timeline
 from examples.payments.run import ROOT, end_offsets, ensure_topics, scan
 from examples.timeline import start_after
@@ -78,19 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m examples.enrichment.run", description=__doc__.splitlines()[0])
     parser.add_argument("--accounts", type=int, default=1_000, help="accounts (default 1000)")
     parser.add_argument("--payments", type=int, default=20_000, help="payments and account changes (default 20000)")
-    parser.add_argument("--seed", type=int, help="default: a new one each run (printed, to reproduce it)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds the app may take")
-    parser.add_argument("--keep-broker", action="store_true", help="leave a broker started here running")
-    args = parser.parse_args(argv)
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)
-    with kafka(args.keep_broker) as bootstrap:
-        problems = demo(APP_YAML, bootstrap, args.accounts, args.payments, seed, args.timeout)
-    if problems:
-        print("FAILED:", *problems, sep="\n  ", file=sys.stderr)
-        return 1
-    print("OK: every payment came out once, with its account as it was at the payment's time")
-    return 0
+    return run_plain_demo(
+        parser,
+        argv,
+        lambda bootstrap, args, seed: demo(APP_YAML, bootstrap, args.accounts, args.payments, seed, args.timeout),
+        "OK: every payment came out once, with its account as it was at the payment's time",
+    )
 
 
 if __name__ == "__main__":

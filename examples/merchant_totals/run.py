@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import random
 import sys
 from collections import defaultdict
@@ -24,7 +23,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from examples.acquirers.run import run_app
-from examples.broker import kafka
+from examples.demo_cli import run_plain_demo
 from examples.payments.run import ROOT, end_offsets, ensure_topics, scan
 from examples.timeline import start_after
 from runtime.config import load_app
@@ -106,19 +105,12 @@ def demo(app_yaml: Path, bootstrap: str, count: int, seed: int, timeout_s: float
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m examples.merchant_totals.run", description=__doc__.splitlines()[0])
     parser.add_argument("--payments", type=int, default=30_000, help="payments to write (default 30000)")
-    parser.add_argument("--seed", type=int, help="default: a new one each run (printed, to reproduce it)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds the app may take")
-    parser.add_argument("--keep-broker", action="store_true", help="leave a broker started here running")
-    args = parser.parse_args(argv)
-    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)
-    with kafka(args.keep_broker) as bootstrap:
-        problems = demo(APP_YAML, bootstrap, args.payments, seed, args.timeout)
-    if problems:
-        print("FAILED:", *problems, sep="\n  ", file=sys.stderr)
-        return 1
-    print("OK: every merchant's minute total equals its payments' sum, and the repartition topic was purged")
-    return 0
+    return run_plain_demo(
+        parser,
+        argv,
+        lambda bootstrap, args, seed: demo(APP_YAML, bootstrap, args.payments, seed, args.timeout),
+        "OK: every merchant's minute total equals its payments' sum, and the repartition topic was purged",
+    )
 
 
 if __name__ == "__main__":

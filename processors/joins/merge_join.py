@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from processors.context import Context
 from processors.merge import MergeProcessor
+from processors.params import among_inputs, among_outputs, processor_context
 from processors.record import Record
 
 UNMATCHED = "unmatched_rows"  # ctx.count name: a row whose transaction had passed
@@ -37,31 +38,20 @@ class MergeJoinParams(BaseModel):
     output: str
     unmatched_topic: str | None = None
 
-    @field_validator("data")
-    @classmethod
-    def _an_input(cls, topic: str, info: ValidationInfo) -> str:
-        inputs = _context(info).get("inputs")
-        if inputs is not None and topic not in inputs:
-            raise ValueError(f"topic '{topic}' is not among the processor's inputs {sorted(inputs)}")
-        return topic
+    _data_is_an_input = field_validator("data")(classmethod(lambda cls, topic, info: among_inputs(topic, info)))
+    _among_outputs = field_validator("output", "unmatched_topic")(
+        classmethod(lambda cls, topic, info: among_outputs(topic, info))
+    )
 
     @field_validator("transactions")
     @classmethod
     def _an_input_or_broadcast(cls, topic: str, info: ValidationInfo) -> str:
-        context = _context(info)
+        context = processor_context(info)
         inputs, broadcast = context.get("inputs"), context.get("broadcast", [])
         if inputs is not None and topic not in [*inputs, *broadcast]:
             raise ValueError(f"topic '{topic}' is among neither the processor's inputs nor its broadcast inputs")
         if topic == info.data.get("data"):
             raise ValueError("the data and the transactions are two topics")
-        return topic
-
-    @field_validator("output", "unmatched_topic")
-    @classmethod
-    def _among_outputs(cls, topic: str | None, info: ValidationInfo) -> str | None:
-        outputs = _context(info).get("outputs")
-        if topic is not None and outputs is not None and topic not in outputs:
-            raise ValueError(f"topic '{topic}' is not among the processor's outputs {sorted(outputs)}")
         return topic
 
 
@@ -123,11 +113,6 @@ class MergeJoin(MergeProcessor):
         if self.unmatched_topic is not None:
             ctx.send(self.unmatched_topic, record.value, key=record.key, headers=record.headers)
         ctx.count(UNMATCHED)
-
-
-def _context(info: ValidationInfo) -> dict[str, Any]:
-    """The processor's name and topics, when the app YAML is loaded."""
-    return info.context if isinstance(info.context, dict) else {}
 
 
 def _lacks(value: Any, field: str) -> bool:

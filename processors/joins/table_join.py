@@ -9,11 +9,12 @@ order, older than the value it replaces, still replaces it: the table keeps each
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from processors.context import Context
+from processors.params import among_outputs, processor_context
 from processors.processor import Processor
 from processors.record import Record
 
@@ -29,21 +30,15 @@ class TableJoinParams(BaseModel):
     output: str
     join: Literal["inner", "left"] = "inner"
 
+    _among_outputs = field_validator("output")(classmethod(lambda cls, topic, info: among_outputs(topic, info)))
+
     @field_validator("table")
     @classmethod
     def _a_table_of_the_processor(cls, table: str, info: ValidationInfo) -> str:
-        tables = _context(info).get("tables")
+        tables = processor_context(info).get("tables")
         if tables is not None and table not in tables:
             raise ValueError(f"'{table}' is not among the processor's tables {sorted(tables)}")
         return table
-
-    @field_validator("output")
-    @classmethod
-    def _among_outputs(cls, topic: str, info: ValidationInfo) -> str:
-        outputs = _context(info).get("outputs")
-        if outputs is not None and topic not in outputs:
-            raise ValueError(f"topic '{topic}' is not among the processor's outputs {sorted(outputs)}")
-        return topic
 
 
 class TableJoin(Processor):
@@ -64,7 +59,3 @@ class TableJoin(Processor):
             ctx.count(UNJOINED)
             return
         ctx.send(self.output, {"stream": record.value, "table": found}, key=record.key, headers=record.headers)
-
-
-def _context(info: ValidationInfo) -> dict[str, Any]:
-    return info.context if isinstance(info.context, dict) else {}

@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from processors.context import Context
+from processors.params import among_inputs, among_outputs
 from processors.processor import Processor
 from processors.record import Record
 
@@ -38,21 +39,10 @@ class WindowJoinParams(BaseModel):
     join: Literal["inner", "left", "outer"] = "inner"
     output: str
 
-    @field_validator("left", "right")
-    @classmethod
-    def _an_input(cls, topic: str, info: ValidationInfo) -> str:
-        inputs = info.context.get("inputs") if isinstance(info.context, dict) else None
-        if inputs is not None and topic not in inputs:
-            raise ValueError(f"topic '{topic}' is not among the processor's inputs {sorted(inputs)}")
-        return topic
-
-    @field_validator("output")
-    @classmethod
-    def _among_outputs(cls, topic: str, info: ValidationInfo) -> str:
-        outputs = info.context.get("outputs") if isinstance(info.context, dict) else None
-        if outputs is not None and topic not in outputs:
-            raise ValueError(f"topic '{topic}' is not among the processor's outputs {sorted(outputs)}")
-        return topic
+    _sides_are_inputs = field_validator("left", "right")(
+        classmethod(lambda cls, topic, info: among_inputs(topic, info))
+    )
+    _among_outputs = field_validator("output")(classmethod(lambda cls, topic, info: among_outputs(topic, info)))
 
     @model_validator(mode="after")
     def _two_sides(self) -> WindowJoinParams:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from processors.params import among_outputs
 from processors.windows.aggregations import (
     NEEDS_FIELD,
     SIMPLE,
@@ -160,13 +161,9 @@ class AggregateParams(_Strict):
             )
         return aggregation
 
-    @field_validator("output", "late_topic")
-    @classmethod
-    def _among_outputs(cls, topic: str | None, info: ValidationInfo) -> str | None:
-        outputs = info.context.get("outputs") if isinstance(info.context, dict) else None
-        if topic is not None and outputs is not None and topic not in outputs:
-            raise ValueError(f"topic '{topic}' is not among the processor's outputs {sorted(outputs)}")
-        return topic
+    _among_outputs = field_validator("output", "late_topic")(
+        classmethod(lambda cls, topic, info: among_outputs(topic, info))
+    )
 
     def store_name(self, processor: str) -> str:
         """The window or session store: `store`, else the processor's name."""

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
-import signal
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -22,8 +19,8 @@ from runtime.worker.worker import Worker
 from stores.partitioner import partition_for
 from tests.conftest import TopicNamer
 from tests.integration.test_exactly_once import FAST_FAILOVER, wait_exit
-from tests.integration.test_windows import committed_total
 from tests.support.kafka_helpers import committed_offsets, create_topic, read_topic
+from tests.support.kills import kill_and_replace
 from tests.support.running import spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
@@ -147,27 +144,9 @@ async def test_through_kills_and_rebalances_every_row_is_joined_once_and_positio
     app["kafka"]["consumer"] = FAST_FAILOVER
     app["processors"][0]["class"] = "tests.support.join_apps:SlowMergeJoin"
     path = write_app(tmp_path, app)
-    rng = random.Random(11)
-    logs = iter(tmp_path / f"worker{number}.log" for number in range(100))
-    workers = [spawn_worker(path, log=next(logs)) for _ in range(2)]
     rows = sum(len(t.rows) for t in changes)
-    committed = 0
-    for _ in range(5):
-        deadline = time.monotonic() + 90
-        while await committed_total(kafka_bootstrap, app["app_id"]) <= committed:
-            assert all(worker.poll() is None for worker in workers), "a worker exited by itself"
-            assert time.monotonic() < deadline, "the group committed nothing more within 90 s"
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(rng.uniform(0.0, 0.5))
-        killed = workers.pop(rng.randrange(len(workers)))
-        killed.send_signal(signal.SIGKILL)
-        killed.wait()
-        committed = await committed_total(kafka_bootstrap, app["app_id"])
-        workers.append(spawn_worker(path, log=next(logs)))
-    for worker in workers:
-        worker.send_signal(signal.SIGKILL)
-        worker.wait()
-    assert await committed_total(kafka_bootstrap, app["app_id"]) < rows, "the kills did not land mid-stream"
+    committed = await kill_and_replace(path, kafka_bootstrap, app["app_id"], tmp_path, seed=11)
+    assert committed < rows, "the kills did not land mid-stream"
     finisher = spawn_worker(path, "--until-caught-up", log=tmp_path / "finisher.log")
     assert await wait_exit(finisher, 120) == 0, (tmp_path / "finisher.log").read_text()[-3000:]
 

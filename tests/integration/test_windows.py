@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import random
 import shutil
-import signal
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -16,14 +15,14 @@ from typing import Any
 import msgpack
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import GroupCoordinatorNotAvailableError
 
 from processors.windows.late import LATE_REASON
 from runtime.config import parse_app
 from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
 from tests.integration.test_exactly_once import FAST_FAILOVER, wait_exit
-from tests.support.kafka_helpers import committed_offsets, create_topic, read_topic
+from tests.support.kafka_helpers import create_topic, read_topic
+from tests.support.kills import kill_and_replace
 from tests.support.running import spawn_worker, write_app
 from tests.support.window_reference import Arrival, expected_for, frozen, results
 
@@ -106,14 +105,6 @@ async def emitted(bootstrap: str, topic: str) -> list[tuple[str, int, int, Any]]
         value = msgpack.unpackb(record.value)
         emitted.append((record.key.decode(), value["start"], value["end"], frozen(value["value"])))
     return emitted
-
-
-async def committed_total(bootstrap: str, group: str) -> int:
-    """How many input records the group has committed; 0 while the broker has no coordinator for it yet."""
-    try:
-        return sum((await committed_offsets(bootstrap, group)).values())
-    except GroupCoordinatorNotAvailableError:
-        return 0
 
 
 async def run_until_caught_up(app: dict[str, Any], bootstrap: str) -> Worker:
@@ -203,26 +194,7 @@ async def test_final_results_come_exactly_once_through_kills_and_rebalances(
     records = out_of_order(seed=5, count=8000)
     await produce_timed(kafka_bootstrap, topics["in"], records)
     path = write_app(tmp_path, app)
-    rng = random.Random(5)
-    logs = iter(tmp_path / f"worker{number}.log" for number in range(100))
-    workers = [spawn_worker(path, log=next(logs)) for _ in range(2)]
-    committed = 0
-    for _ in range(5):
-        deadline = time.monotonic() + 90
-        while await committed_total(kafka_bootstrap, app["app_id"]) <= committed:
-            assert all(worker.poll() is None for worker in workers), "a worker exited by itself"
-            assert time.monotonic() < deadline, "the group committed nothing more within 90 s"
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(rng.uniform(0.0, 0.5))
-        killed = workers.pop(rng.randrange(len(workers)))
-        killed.send_signal(signal.SIGKILL)
-        killed.wait()
-        committed = await committed_total(kafka_bootstrap, app["app_id"])
-        workers.append(spawn_worker(path, log=next(logs)))
-    for worker in workers:
-        worker.send_signal(signal.SIGKILL)
-        worker.wait()
-    committed = await committed_total(kafka_bootstrap, app["app_id"])
+    committed = await kill_and_replace(path, kafka_bootstrap, app["app_id"], tmp_path, seed=5)
     assert committed < len(records), "the kills did not land mid-stream"
     finisher = spawn_worker(path, "--until-caught-up", log=tmp_path / "finisher.log")
     assert await wait_exit(finisher, 120) == 0

@@ -1,0 +1,33 @@
+"""An example's app YAML with a test's own topic names, app id and state directory, so the example's demo
+runs against the test's broker beside the other tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from examples.payments.run import ROOT
+from tests.conftest import TopicNamer
+
+
+def renamed(app_yaml: Path, topic_name: TopicNamer, state_dir: Path, param_topics: tuple[str, ...] = ()) -> Path:
+    """The example's YAML rewritten into `state_dir`'s parent: every topic renamed where the processors name
+    it (inputs, broadcast, outputs, tables, and the params fields `param_topics`); returns its path."""
+    app: dict[str, Any] = yaml.safe_load((ROOT / app_yaml).read_text())
+    names = {topic: topic_name(topic) for topic in app["topics"]}
+    app["app_id"] = topic_name("app")
+    app["topics"] = {names[topic]: spec for topic, spec in app["topics"].items()}
+    for processor in app["processors"]:
+        for field in ("inputs", "broadcast", "outputs"):
+            if field in processor:
+                processor[field] = [names[topic] for topic in processor[field]]
+        for table in processor.get("tables", {}).values():
+            table["topic"] = names[table["topic"]]
+        params = processor.get("params", {})
+        params.update({field: names[params[field]] for field in param_topics if field in params})
+    app["state_dir"] = str(state_dir)
+    path = state_dir.parent / "app.yaml"
+    path.write_text(yaml.safe_dump(app))
+    return path

@@ -196,7 +196,9 @@ async def test_a_stream_time_punctuation_follows_event_time_not_the_wall_clock(
     source, sink = topic_name("in"), topic_name("out")
     await create_topic(kafka_bootstrap, source, 1)
     # An hour of event time, every 10 s; every 7th record 35 s late. Produced in well under a second.
-    event_times = [10_000 * i - (35_000 if i % 7 == 6 else 0) for i in range(360)]
+    # From a whole minute an hour back: outputs carry these times, and the broker's retention keeps them.
+    start = BASE // 60_000 * 60_000
+    event_times = [start + 10_000 * i - (35_000 if i % 7 == 6 else 0) for i in range(360)]
     await produce_timed(kafka_bootstrap, source, [(0, None, {"at": at}) for at in event_times])
     app = {
         "app_id": topic_name("app"),

@@ -8,6 +8,7 @@ import asyncio
 import json
 import random
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,7 @@ async def test_each_record_joins_the_table_as_of_its_time_whichever_topic_kafka_
         await create_topic(kafka_bootstrap, topic, PARTITIONS,
                            {"cleanup.policy": "compact"} if role == "customers" else None)  # fmt: skip
     app = join_app(topic_name("app"), topics, tmp_path / "state", kafka_bootstrap, join)
-    start = 1_767_225_600_000
+    start = time.time_ns() // 1_000_000 - 3_600_000  # recent: the broker's retention keeps the records
     first = events(seed=1, count=300, start=start)
     await produce_events(kafka_bootstrap, topics, first, table_first)
     await run(app, kafka_bootstrap)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ async def test_each_partitions_pairs_within_the_difference_are_joined(
     topics = {"L": topic_name("views"), "R": topic_name("clicks"), "out": topic_name("joined")}
     for topic in topics.values():
         await create_topic(kafka_bootstrap, topic, PARTITIONS)
-    start = 1_767_225_600_000
+    start = time.time_ns() // 1_000_000 - 3_600_000  # recent: the broker's retention keeps the records
     given = events(400, start)
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=5)
     await producer.start()

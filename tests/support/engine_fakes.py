@@ -243,6 +243,9 @@ class FakeState:
     def flush(self, committed: Mapping[TopicPartition, int] | None = None) -> None:
         self._log.append(f"{self._name} flush stores")
 
+    def table_inputs(self) -> dict[TopicPartition, str]:
+        return {}
+
     def discard(self) -> None:
         self.discarded = True
 

@@ -152,9 +152,9 @@ async def test_a_record_missing_its_timestamp_field_follows_the_deserialization_
     await create_topic(kafka_bootstrap, source, 1)
     missing = {"n": 1, "event": {"kind": "click"}}
     await produce_timed(kafka_bootstrap, source, [
-        (0, None, {"n": 0, "event": {"at": 1_700_000_000_100}}),
+        (0, None, {"n": 0, "event": {"at": BASE + 100}}),
         (0, None, missing),
-        (0, None, {"n": 2, "event": {"at": 1_700_000_000_300.7}}),
+        (0, None, {"n": 2, "event": {"at": BASE + 300.7}}),
     ])  # fmt: skip
     worker = Worker(parse_app(field_app(topic_name("app"), source, sink, policy, dead)), kafka_bootstrap, True)
 
@@ -162,11 +162,11 @@ async def test_a_record_missing_its_timestamp_field_follows_the_deserialization_
         failure = r"deserialization failed in processor 'stamp' for record .*\[0\]@1: TimestampError: field 'event\.at'"
         with pytest.raises(WorkerFailed, match=failure + r" of the value is missing"):
             await asyncio.wait_for(worker.run(), 60)
-        assert [stamp["t"] for stamp in await stamps(kafka_bootstrap, sink)] == [1_700_000_000_100]
+        assert [stamp["t"] for stamp in await stamps(kafka_bootstrap, sink)] == [BASE + 100]
         return
     await asyncio.wait_for(worker.run(), 60)
 
-    assert [stamp["t"] for stamp in await stamps(kafka_bootstrap, sink)] == [1_700_000_000_100, 1_700_000_000_300]
+    assert [stamp["t"] for stamp in await stamps(kafka_bootstrap, sink)] == [BASE + 100, BASE + 300]
     if policy == "skip":
         assert (worker.counters.skipped, worker.counters.dead_lettered) == (1, 0)
         return

@@ -33,10 +33,11 @@ def murmur2(data: bytes) -> int:
 
 
 @lru_cache(maxsize=262_144)
-def _positive_hash(key: bytes) -> int:
+def positive_hash(key: bytes) -> int:
+    """`toPositive(murmur2(key))`, kept for the keys seen last: a C call, for the output path's every record."""
     return murmur2(key) & 0x7FFFFFFF
 
 
 def partition_for(key: bytes, partitions: int) -> int:
     """`toPositive(murmur2(key)) % partitions`, as in Kafka's BuiltInPartitioner."""
-    return _positive_hash(key) % partitions
+    return positive_hash(key) % partitions

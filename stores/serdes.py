@@ -26,11 +26,16 @@ class BytesSerde:
 
 
 class StrSerde:
+    """UTF-8. Reading is `str(data, "utf-8")` itself, with no Python frame between a record and it (any
+    buffer: bytes, bytearray, memoryview)."""
+
+    deserialize: Callable[[bytes], Any]
+
+    def __init__(self) -> None:
+        self.deserialize = functools.partial(str, encoding="utf-8")
+
     def serialize(self, obj: Any) -> bytes:
         return str(obj).encode()
-
-    def deserialize(self, data: bytes) -> Any:
-        return data.decode()
 
 
 class JsonSerde:

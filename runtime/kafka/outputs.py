@@ -30,7 +30,7 @@ from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit
 from runtime.kafka.record_limits import REFUSALS, HeaderList, Headers, Limits, record_size
 from runtime.telemetry.trace_headers import TRACEPARENT, TRACEPARENT_CLASS, fields_of
-from stores.partitioner import partition_for
+from stores.partitioner import partition_for, positive_hash
 
 __all__ = ["HeaderList", "Headers", "Output", "Outputs", "OutputsRefused", "UnknownTopicError"]
 
@@ -125,13 +125,13 @@ class Outputs:
 
     def append_all(self, records: Iterable[Output]) -> None:
         """Append output records, each to its partition by Kafka's partitioner."""
-        add, counts, round_robin = self._add, self._partition_counts, self._round_robin
+        add, counts, round_robin, hashed = self._add, self._partition_counts, self._round_robin, positive_hash
         for record in records:
             topic, key = record[0], record[1]
             if key is None:
                 add((topic, next(round_robin) % self.partitions(topic)), record)
             else:
-                add((topic, partition_for(key, counts[topic])), record)
+                add((topic, hashed(key) % counts[topic]), record)  # partition_for, without its frame
 
     def _add(self, target: tuple[str, int], record: Output) -> None:
         _, key, value, headers, timestamp_ms, _, _ = record

@@ -26,13 +26,13 @@ class BytesSerde:
 
 
 class StrSerde:
-    """UTF-8. Reading is `str(data, "utf-8")` itself, with no Python frame between a record and it (any
-    buffer: bytes, bytearray, memoryview)."""
+    """UTF-8. Reading is `bytes.decode` itself, with no Python frame between a record and it (Kafka's
+    records and the stores give bytes)."""
 
     deserialize: Callable[[bytes], Any]
 
     def __init__(self) -> None:
-        self.deserialize = functools.partial(str, encoding="utf-8")
+        self.deserialize = bytes.decode
 
     def serialize(self, obj: Any) -> bytes:
         return str(obj).encode()

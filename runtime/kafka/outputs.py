@@ -124,14 +124,24 @@ class Outputs:
         self._add((topic, partition), (topic, key, value, headers, timestamp_ms, source, processor))
 
     def append_all(self, records: Iterable[Output]) -> None:
-        """Append output records, each to its partition by Kafka's partitioner."""
-        add, counts, round_robin, hashed = self._add, self._partition_counts, self._round_robin, positive_hash
+        """Append output records, each to its partition by Kafka's partitioner. The common case, a record
+        without headers whose batch has room, is done here, without a call per record."""
+        add, counts, round_robin, hashed, opened = (
+            self._add, self._partition_counts, self._round_robin, positive_hash, self._open
+        )  # fmt: skip
         for record in records:
             topic, key = record[0], record[1]
             if key is None:
-                add((topic, next(round_robin) % self.partitions(topic)), record)
+                target = (topic, next(round_robin) % self.partitions(topic))
             else:
-                add((topic, hashed(key) % counts[topic]), record)  # partition_for, without its frame
+                target = (topic, hashed(key) % counts[topic])  # partition_for, without its frame
+            if not record[3]:
+                open_batch = opened.get(target)
+                if open_batch is not None and open_batch[0].append(timestamp=record[4], key=key, value=record[2],
+                                                                   headers=_NO_HEADERS) is not None:  # fmt: skip
+                    open_batch[1].append(record)
+                    continue
+            add(target, record)
 
     def _add(self, target: tuple[str, int], record: Output) -> None:
         _, key, value, headers, timestamp_ms, _, _ = record

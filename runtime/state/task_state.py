@@ -79,14 +79,8 @@ class TaskState:
         for name, spec in self._spec.stores.items():
             changelog = TopicPartition(self._config.changelog_topic(name), self.partition) if spec.changelog else None
             path = store_path(self._config, name, self.partition)
-            for attempt in range(LOCK_RETRIES):
-                try:
-                    store, view, backend = self._open(name, spec, path, changelog)
-                    break
-                except StoreLocked:
-                    if attempt == LOCK_RETRIES - 1:
-                        raise
-                    await asyncio.sleep(0.2)
+            backend = await self._backend(name, spec.backend, path)
+            store, view = self._built(name, spec, backend, changelog)
             snapshots = self._config.snapshots_for(spec)
             self.stores[name] = TaskStore(name, spec, path, store, view, backend, changelog, snapshots)
         for name, table in self._spec.tables.items():
@@ -96,45 +90,46 @@ class TaskState:
         """A table's store keeps the topic's bytes as they are, and reads them with the topic's serdes."""
         path = store_path(self._config, name, self.partition)
         spec = StoreConfig(backend=table.backend, changelog=False)
-        for attempt in range(LOCK_RETRIES):
-            try:
-                backend = self._backend(name, table.backend, path)
-                break
-            except StoreLocked:
-                if attempt == LOCK_RETRIES - 1:
-                    raise
-                await asyncio.sleep(0.2)
-        keys, values = self._topic_serdes.get(table.topic) or (resolve_serde("msgpack"), resolve_serde("msgpack"))
+        backend = await self._backend(name, table.backend, path)
+        keys, values = self._topic_serdes[table.topic]
         store = KeyValueStore(backend, keys, values, name=name, changelog=False)
         changelog = TopicPartition(table.topic, self.partition)
         return TaskStore(name, spec, path, store, None, backend, changelog, None, mirrors_input=True)
 
-    def _open(
-        self, name: str, spec: StoreConfig, path: Path, changelog: TopicPartition | None
-    ) -> tuple[KeyValueStore, WindowStore | SessionStore | None, Backend]:
-        backend = self._backend(name, spec.backend, path)
+    def _built(
+        self, name: str, spec: StoreConfig, backend: Backend, changelog: TopicPartition | None
+    ) -> tuple[KeyValueStore, WindowStore | SessionStore | None]:
         keys, values = resolve_serde(spec.key_serde), resolve_serde(spec.value_serde)
         logged = changelog is not None
         if spec.kind == "key_value":
-            return KeyValueStore(backend, keys, values, name=name, changelog=logged), None, backend
+            return KeyValueStore(backend, keys, values, name=name, changelog=logged), None
         # A view over a store of bytes, which its changelog, restore and snapshots handle as any other.
         store = KeyValueStore(backend, RawSerde(), RawSerde(), name=name, changelog=logged)
         assert spec.retention_ms is not None  # the config requires it of these kinds
         view_class = WindowStore if spec.kind == "window" else SessionStore
-        return store, view_class(store, spec.retention_ms, keys, values), backend
+        return store, view_class(store, spec.retention_ms, keys, values)
 
     def table_inputs(self) -> dict[TopicPartition, str]:
         """The table store that mirrors each of the task's table partitions."""
         return {TopicPartition(table.topic, self.partition): name for name, table in self._spec.tables.items()}
 
-    def _backend(self, name: str, kind: Literal["memory", "rocksdb"], path: Path) -> Backend:
-        try:
-            return open_backend(kind, path)
-        except StoreCorrupted as error:
-            log.warning("store %s partition %d is damaged (%s): wiping it to rebuild from its changelog",
-                        name, self.partition, error)  # fmt: skip
-            wipe(path)
-            return open_backend(kind, path)
+    async def _backend(self, name: str, kind: Literal["memory", "rocksdb"], path: Path) -> Backend:
+        """The store's backend; one another task on this machine still closes is waited for, a damaged
+        one wiped (its changelog rebuilds it)."""
+        for attempt in range(LOCK_RETRIES):
+            try:
+                try:
+                    return open_backend(kind, path)
+                except StoreCorrupted as error:
+                    log.warning("store %s partition %d is damaged (%s): wiping it to rebuild from its changelog",
+                                name, self.partition, error)  # fmt: skip
+                    wipe(path)
+                    return open_backend(kind, path)
+            except StoreLocked:
+                if attempt == LOCK_RETRIES - 1:
+                    raise
+                await asyncio.sleep(0.2)
+        raise AssertionError("unreachable: the last attempt raises")
 
     def rebuild(self, name: str) -> None:
         """Drop the local copy of a store (ahead of its changelog) and start empty."""

@@ -120,9 +120,8 @@ class Task:
         self._stopping = False
         self._commit_waits = False
         self._flushes = type(processor).flush is not Processor.flush
-        self._broadcast_partitions = frozenset(broadcast.partitions if broadcast is not None else ())
         self._group_inputs = frozenset(inputs)
-        every_input = [*inputs, *self._broadcast_partitions]
+        every_input = [*inputs, *(broadcast.partitions if broadcast is not None else ())]
         self._loop = RecordLoop(task_id.processor, every_input, processor, context, services, outputs,
                                 self._batch_done)  # fmt: skip
         order: TimestampOrder | ChoiceOrder | None = None
@@ -151,7 +150,7 @@ class Task:
         """Nothing of its group inputs queued or in flight (broadcast records may wait for a match)."""
         if self.intake.busy:
             return False
-        if not self._broadcast_partitions:
+        if self.broadcast is None:
             return self.intake.queued == 0
         return all(self.intake.queued_of(tp) == 0 for tp in self.inputs)
 
@@ -306,9 +305,8 @@ class Task:
         if self.state is not None:
             self.state.log_changes()  # 1.3
         self._stream_time_checkpoint = self._context.stream_time_now()
-        if self._broadcast_partitions:  # 1.4, of the group's inputs only
-            return Checkpoint(self, {tp: o for tp, o in self.next_offsets.items() if tp in self._group_inputs})
-        return Checkpoint(self, dict(self.next_offsets))  # 1.4
+        # 1.4, of the group's inputs: the broadcast ones are in the state
+        return Checkpoint(self, {tp: o for tp, o in self.next_offsets.items() if tp in self._group_inputs})
 
     async def close(self) -> None:
         """Close the processor (after its last flush, if it ran), then the stores, so that another

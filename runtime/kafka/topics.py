@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -18,7 +19,7 @@ UNKNOWN_TOPIC = 3
 TOPIC_EXISTS = 36
 
 
-def _topic_configs(topic: TopicConfig) -> dict[str, str]:
+def declared_configs(topic: TopicConfig) -> dict[str, str]:
     return {"cleanup.policy": topic.cleanup_policy, **topic.config}
 
 
@@ -32,9 +33,7 @@ async def describe_limits(admin: AIOKafkaAdminClient, config: AppConfig, topics:
     """What each topic takes from the app's producer (read once at start: the broker's answer to a record
     above it would fail its whole batch). The broker checks a compressed batch after compression, so
     with compression only the producer's own `max_request_size` bounds a record here."""
-    producer = {**config.kafka.client, **config.kafka.producer}
-    max_request_size = int(producer.get("max_request_size", DEFAULT_MAX_REQUEST_SIZE))
-    compressed = producer.get("compression_type") not in (None, "none")
+    max_request_size = int(producer_options(config).get("max_request_size", DEFAULT_MAX_REQUEST_SIZE))
     wanted = {"max.message.bytes": None, "cleanup.policy": None}
     resources = [ConfigResource(ConfigResourceType.TOPIC, topic, wanted) for topic in topics]
     limits: dict[str, TopicLimits] = {}
@@ -47,13 +46,23 @@ async def describe_limits(admin: AIOKafkaAdminClient, config: AppConfig, topics:
                 )  # fmt: skip
                 limits[topic] = TopicLimits(max_request_size)
                 continue
-            configs = {entry[0]: entry[1] for entry in entries}
-            max_bytes = max_request_size
-            if not compressed and configs.get("max.message.bytes"):
-                max_bytes = min(max_bytes, int(configs["max.message.bytes"]))
-            compacted = "compact" in str(configs.get("cleanup.policy", "")).split(",")
-            limits[topic] = TopicLimits(max_bytes, needs_key=compacted)
+            limits[topic] = topic_limits(config, {entry[0]: entry[1] for entry in entries})
     return limits
+
+
+def producer_options(config: AppConfig) -> dict[str, Any]:
+    return {**config.kafka.client, **config.kafka.producer}
+
+
+def topic_limits(config: AppConfig, topic_configs: Mapping[str, str | None]) -> TopicLimits:
+    """What a topic with these settings (`max.message.bytes`, `cleanup.policy`) takes from the app's producer."""
+    producer = producer_options(config)
+    max_bytes = int(producer.get("max_request_size", DEFAULT_MAX_REQUEST_SIZE))
+    compressed = producer.get("compression_type") not in (None, "none")
+    if not compressed and topic_configs.get("max.message.bytes"):
+        max_bytes = min(max_bytes, int(str(topic_configs["max.message.bytes"])))
+    compacted = "compact" in str(topic_configs.get("cleanup.policy", "")).split(",")
+    return TopicLimits(max_bytes, needs_key=compacted)
 
 
 async def ensure_topics(admin: AIOKafkaAdminClient, config: AppConfig) -> dict[str, int]:
@@ -77,13 +86,19 @@ async def _global_topics(admin: AIOKafkaAdminClient, config: AppConfig) -> dict[
     return counts
 
 
-async def _ensure_changelogs(admin: AIOKafkaAdminClient, config: AppConfig, counts: dict[str, int]) -> dict[str, int]:
-    """One compacted changelog per store, with as many partitions as its processor's inputs."""
+def changelog_partitions(config: AppConfig, counts: Mapping[str, int]) -> dict[str, tuple[int, str]]:
+    """Each store's changelog topic, with its partitions (as many as its processor's inputs) and its processor."""
     wanted: dict[str, tuple[int, str]] = {}
     for processor in config.processors:
         for store, spec in processor.stores.items():
             if spec.changelog:
                 wanted[config.changelog_topic(store)] = (counts[processor.inputs[0]], processor.name)
+    return wanted
+
+
+async def _ensure_changelogs(admin: AIOKafkaAdminClient, config: AppConfig, counts: dict[str, int]) -> dict[str, int]:
+    """One compacted changelog per store, with as many partitions as its processor's inputs."""
+    wanted = changelog_partitions(config, counts)
     if not wanted:
         return {}
     existing = await describe_partitions(admin, sorted(wanted))
@@ -113,7 +128,7 @@ async def _ensure_declared(admin: AIOKafkaAdminClient, config: AppConfig) -> dic
     if missing:
         new = [
             NewTopic(name, config.topics[name].partitions, config.topics[name].replication_factor,
-                     topic_configs=_topic_configs(config.topics[name]))
+                     topic_configs=declared_configs(config.topics[name]))
             for name in missing
         ]  # fmt: skip
         response = await admin.create_topics(new)

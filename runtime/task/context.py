@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from time import monotonic
 from typing import Any
 
 from processors.context import Context, Punctuation, PunctuationTime
@@ -13,6 +12,7 @@ from runtime.counters import Counters
 from runtime.kafka.outputs import Headers, Output
 from runtime.kafka.record_limits import DEFAULT_MAX_REQUEST_SIZE, Limits, RecordRefused, TopicLimits, check_record
 from runtime.state.task_state import TaskState, TaskStore
+from runtime.task.clock import SYSTEM_CLOCK, Clock
 from runtime.telemetry.trace_headers import TRACEPARENT_CLASS, UNTRACED_CLASS, OutputContext, fields_of
 from runtime.telemetry.tracing import with_fields
 from stores import KeyValueStore, ReadOnlyStore, SessionStore, WindowStore
@@ -26,7 +26,7 @@ Encode = Callable[[Any], bytes]
 class Punctuator:
     every_s: float
     callback: Punctuation
-    due: float  # time.monotonic()
+    due: float  # of the task's clock's monotonic()
 
 
 @dataclass(eq=False)
@@ -65,6 +65,7 @@ class TaskContext(Context):
     _state: TaskState | None = None
     _limits: Limits = field(default_factory=dict)
     _counters: Counters = field(default_factory=Counters)  # the worker's, which `count` adds to
+    _clock: Clock = SYSTEM_CLOCK
     pending: list[PendingOutput] = field(default_factory=list)
     # The input record being processed, which its outputs name (for the error policy, should the
     # broker refuse one); None in punctuations.
@@ -235,7 +236,7 @@ class TaskContext(Context):
             raise ValueError("every_ms must be positive")
         if time == "wall_clock":
             every_s = every_ms / 1000
-            self.punctuators.append(Punctuator(every_s, callback, monotonic() + every_s))
+            self.punctuators.append(Punctuator(every_s, callback, self._clock.monotonic() + every_s))
         elif time == "stream_time":
             punctuator = StreamTimePunctuator(every_ms, callback, 0)
             punctuator.schedule_after(self.latest_timestamp)

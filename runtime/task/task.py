@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import logging
 import operator
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -41,6 +40,7 @@ from runtime.kafka.outputs import Outputs
 from runtime.state.task_state import TaskState
 from runtime.task.broadcast import BroadcastReader, BroadcastSource
 from runtime.task.choice_order import ChoiceOrder
+from runtime.task.clock import SYSTEM_CLOCK, Clock
 from runtime.task.context import TaskContext, TopicSerdes
 from runtime.task.event_time import TimestampOf, raw_event_time
 from runtime.task.failures import FailureHandler, Stage
@@ -86,6 +86,7 @@ class TaskServices:
     max_task_idle_s: float = 0.0
     unfetched: Callable[[TopicPartition], bool] = lambda tp: False
     broadcast: BroadcastSource | None = None  # for processors with broadcast inputs
+    clock: Clock = SYSTEM_CLOCK  # the wall clock of punctuations
 
 
 class Task:
@@ -224,13 +225,8 @@ class Task:
             self.next_offsets[tp] = max(self.next_offsets.get(tp, 0), end)
 
     async def run(self) -> None:
-        """Initialise the processor, then process batches and punctuations until asked to stop. The task
-        runs, and so takes part in commits, only once `init` returned: a flush never precedes it."""
-        try:
-            await settle(self._processor.init(self._context))
-        except Exception as error:
-            raise self._lifecycle_failed("init()", error) from error
-        self.phase = TaskPhase.RUNNING  # from here on, it takes part in commits and is closed
+        """Initialise the processor, then process batches and punctuations until asked to stop."""
+        await self.initialise()
         try:
             if self.broadcast is None:
                 await self._process_until_stopped()
@@ -253,14 +249,42 @@ class Task:
         except ExceptionGroup as failed:
             raise failed.exceptions[0] from None
 
+    async def initialise(self) -> None:
+        """The processor's `init`. The task runs, and so takes part in commits, only once it returned: a
+        flush never precedes it."""
+        try:
+            await settle(self._processor.init(self._context))
+        except Exception as error:
+            raise self._lifecycle_failed("init()", error) from error
+        self.phase = TaskPhase.RUNNING  # from here on, it takes part in commits and is closed
+
+    @property
+    def has_work(self) -> bool:
+        """Whether a step now would do something: records to take, or a punctuation due."""
+        context, now = self._context, self._services.clock.monotonic()
+        return (
+            self.intake.has_work()
+            or context.next_stream_time_due() <= context.latest_timestamp
+            or any(punctuator.due <= now for punctuator in context.punctuators)
+        )
+
+    async def step(self) -> None:
+        """One turn: the punctuations due, then what is queued (as much as its order lets through)."""
+        async with self.turn:
+            await self._punctuate()
+            await self.intake.take()
+
+    def advance_stream_time(self, timestamp: int) -> None:
+        """Stream time moves to `timestamp` as a record of that time would move it, without a record; the
+        stream-time punctuations it brings due run at the next step."""
+        self._context.latest_timestamp = max(self._context.latest_timestamp, timestamp)
+
     async def _process_until_stopped(self) -> None:
         while not self._stopping:
             await self._wait_for_work()
             if self._stopping:
                 break
-            async with self.turn:
-                await self._punctuate()
-                await self.intake.take()
+            await self.step()
 
     def _write_table(self, tp: TopicPartition, records: list[Any]) -> None:
         """A table's records into its store, as the topic holds them (a record without a value deletes)."""
@@ -338,26 +362,25 @@ class Task:
                     "succeeds", self.id.processor, self.id, error)  # fmt: skip
 
     async def _wait_for_work(self) -> None:
-        if self.intake.has_work():
-            return
-        if self._context.next_stream_time_due() <= self._context.latest_timestamp:
-            return  # the last record brought it: it runs now, not when the next record comes
+        if self.has_work:
+            return  # a stream-time punctuation the last record brought runs now, not when the next record comes
         self._wakeup.clear()
         dues = [p.due for p in self._context.punctuators]
         wait_ends = self.intake.wait_ends()
         if wait_ends is not None:
             dues.append(wait_ends)  # then it goes on without the input it waits for
-        timeout = max(0.0, min(dues) - time.monotonic()) if dues else None
+        timeout = max(0.0, min(dues) - self._services.clock.monotonic()) if dues else None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wakeup.wait(), timeout)
 
     async def _punctuate(self) -> None:
         self._loop.interrupted = self._stopping or self._commit_waits  # a batch ended for a punctuation runs it now
-        now = time.monotonic()
+        clock = self._services.clock
+        now = clock.monotonic()
         for punctuator in self._context.punctuators:
             if punctuator.due <= now:
                 punctuator.due = now + punctuator.every_s
-                await self._run_punctuation(punctuator.callback, time.time_ns() // 1_000_000)
+                await self._run_punctuation(punctuator.callback, clock.epoch_ms())
         stream_time = self._context.latest_timestamp
         for stream_punctuator in self._context.stream_time_punctuators:
             if stream_punctuator.due <= stream_time:

@@ -238,6 +238,6 @@ def build_task(
 ) -> Task:
     context = TaskContext(
         app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes, services.global_stores,
-        state, outputs.limits, services.counters,
+        state, outputs.limits, services.counters, services.clock,
     )  # fmt: skip
     return Task(task_id, processor, context, inputs, outputs, services, end_offsets, state, broadcast)

@@ -10,8 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime.config import AppConfig, GlobalStoreConfig
+from runtime.config import AppConfig, ErrorPolicy, GlobalStoreConfig
+from runtime.counters import Counters
 from runtime.global_stores.changes import ChangeMaker, Failed
+from runtime.kafka.outputs import Outputs
+from runtime.task.failures import FailureHandler, Stage
 from stores import (
     Backend,
     Change,
@@ -146,3 +149,31 @@ def _failure(raw: Any, error: BaseException) -> ApplyFailure:
         f"{type(error).__name__}: {error}",
         "".join(traceback.format_exception(error)),
     )
+
+
+def dead_letter_handler(config: AppConfig, name: str, counters: Counters) -> FailureHandler | None:
+    """The policy for the records global store `name` cannot apply, when they are dead-lettered."""
+    if config.global_stores[name].errors != "dead_letter":
+        return None
+    policies = {Stage.GLOBAL_STORE: ErrorPolicy.DEAD_LETTER}
+    return FailureHandler(config.app_id, policies, config.dead_letter_topic, counters)
+
+
+async def set_aside(
+    store: GlobalStore,
+    failed: list[Failed],
+    handler: FailureHandler | None,
+    dead_letters: Outputs | None,
+    counters: Counters,
+) -> None:
+    """Records of a batch the store could not apply: logged, then dead-lettered (and acknowledged before
+    the store's offset moves past them) or, under `errors: skip`, counted as skipped."""
+    counters.global_store_errors += len(failed)
+    for failure in list(store.failures)[-len(failed) :]:
+        log.warning("global store %s could not apply %s\n%s", store.name, failure, failure.stack_trace)
+    if handler is None or dead_letters is None:
+        counters.skipped += len(failed)
+        return
+    for raw, error in failed:
+        handler.handle(Stage.GLOBAL_STORE, store.name, raw, error, dead_letters)
+    await dead_letters.wait_acked()

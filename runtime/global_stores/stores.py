@@ -20,13 +20,13 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from runtime.config import AppConfig, ErrorPolicy
+from runtime.config import AppConfig
 from runtime.counters import Counters
 from runtime.global_stores.readers import ReaderFailed, ReaderJob, ReaderProcess, StoreSettings, plan
-from runtime.global_stores.store import GlobalStore
+from runtime.global_stores.store import GlobalStore, dead_letter_handler, set_aside
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.outputs import Outputs
-from runtime.task.failures import FailureHandler, Stage
+from runtime.task.failures import FailureHandler
 from stores import ReadOnlyStore, RocksDBBackend
 from stores.snapshot import SnapshotError, SnapshotMismatch, ingest_whole, validate
 from stores.snapshot_location import newest_snapshot
@@ -86,11 +86,9 @@ class GlobalStores:
             self._stores[name] = store
             for partition in range(partition_counts[spec.topic]):
                 self._readers[TopicPartition(spec.topic, partition)].append(store)
-            if spec.errors == "dead_letter":
-                self._failures[name] = FailureHandler(
-                    config.app_id, {Stage.GLOBAL_STORE: ErrorPolicy.DEAD_LETTER}, config.dead_letter_topic,
-                    self._counters,
-                )  # fmt: skip
+            handler = dead_letter_handler(config, name, self._counters)
+            if handler is not None:
+                self._failures[name] = handler
         await self._start_clients(partition_counts)
         consumer = self._consumer
         assert consumer is not None
@@ -270,16 +268,7 @@ class GlobalStores:
             log.warning("%s: the worker reads the rest itself", error)
 
     async def _on_failures(self, store: GlobalStore, failed: list[tuple[Any, BaseException]]) -> None:
-        self._counters.global_store_errors += len(failed)
-        for failure in list(store.failures)[-len(failed) :]:
-            log.warning("global store %s could not apply %s\n%s", store.name, failure, failure.stack_trace)
-        handler = self._failures.get(store.name)
-        if handler is None or self._dead_letters is None:
-            self._counters.skipped += len(failed)
-            return
-        for raw, error in failed:
-            handler.handle(Stage.GLOBAL_STORE, store.name, raw, error, self._dead_letters)
-        await self._dead_letters.wait_acked()  # before the store's offset moves past them
+        await set_aside(store, failed, self._failures.get(store.name), self._dead_letters, self._counters)
 
     def _applied(self) -> int:
         return sum(store.applied + store.failure_count for store in self._stores.values())

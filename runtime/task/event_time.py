@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from processors.record import Headers, Record
+from runtime.config import AppConfig
 from runtime.config.timestamps import TimestampConfig
 from stores.serdes import import_object
 
@@ -68,6 +69,13 @@ def extractor_reader(path: str) -> TimestampOf:
 
 def timestamp_reader(config: TimestampConfig) -> TimestampOf:
     return field_reader(config.field) if config.field is not None else extractor_reader(str(config.extractor))
+
+
+def timestamp_readers(app: AppConfig) -> dict[str, TimestampOf]:
+    """How the event time of each topic that has a `timestamp` setting is read."""
+    return {
+        name: timestamp_reader(topic.timestamp) for name, topic in app.topics.items() if topic.timestamp is not None
+    }
 
 
 def stamping(timestamp_of: TimestampOf) -> RecordBuilder:

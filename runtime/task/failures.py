@@ -12,13 +12,14 @@ import traceback
 from enum import StrEnum
 from typing import Any
 
-from runtime.config import ErrorPolicy
+from runtime.config import AppConfig, ErrorPolicy
 from runtime.counters import Counters
 from runtime.errors import EngineError, StopAfterCommit, StopWithoutCommit
 from runtime.kafka.outputs import Output, Outputs
 from runtime.kafka.record_limits import (
     DEFAULT_MAX_REQUEST_SIZE,
     HeaderList,
+    Limits,
     RecordRefused,
     broker_refusal,
     record_size,
@@ -64,6 +65,16 @@ class FailureHandler:
         self._dead_letter_topic = dead_letter_topic
         self._counters = counters
         self._dead_letter_max_bytes = dead_letter_max_bytes
+
+    @classmethod
+    def configured(cls, config: AppConfig, counters: Counters, limits: Limits) -> FailureHandler:
+        """The app's policies for undecodable records and processing errors; dead letters cut to fit their topic."""
+        policies = {Stage.DESERIALIZATION: config.errors.deserialization, Stage.PROCESSING: config.errors.processing}
+        dead_letters = limits.get(config.dead_letter_topic)
+        return cls(
+            config.app_id, policies, config.dead_letter_topic, counters,
+            *([dead_letters.max_bytes] if dead_letters is not None else []),
+        )  # fmt: skip
 
     def stops_on(self, stage: Stage) -> bool:
         """Whether a failure at `stage` stops the worker (the `fail` policy)."""

@@ -139,6 +139,10 @@ class Task:
         self._stream_time_checkpoint = self._committed_stream_time = context.stream_time_now()
 
     @property
+    def context(self) -> TaskContext:
+        return self._context
+
+    @property
     def running(self) -> bool:
         return self.phase is TaskPhase.RUNNING and not self.lost
 

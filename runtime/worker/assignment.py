@@ -113,13 +113,7 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
         log.info("assigned %d partitions, started tasks %s", len(assigned), started)
 
     def _build(self, spec: ProcessorConfig, task_id: TaskId, inputs: list[TopicPartition]) -> Task:
-        try:
-            processor = spec.processor_class()()
-        except Exception as error:
-            log.error("processor '%s' could not be constructed for task %s", spec.name, task_id, exc_info=error)
-            raise StopAfterCommit(
-                f"processor '{spec.name}' could not be constructed for task {task_id}: {type(error).__name__}: {error}"
-            ) from error
+        processor = construct(spec, task_id)
         outputs = self._outputs_for(task_id)
         stateful = spec.stores or spec.tables
         state = TaskState(self._config, spec, task_id.partition, outputs, self._services.serdes) if stateful else None
@@ -221,6 +215,17 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
             self.subscribers[tp] = [t for t in self.subscribers.get(tp, []) if t is not task]
         if task.lost:  # its partitions go with the next rebalance; until then, nothing is fetched for it
             self._backpressure.hold(task.inputs, (LOST, task.id))
+
+
+def construct(spec: ProcessorConfig, task_id: TaskId) -> Processor:
+    """The task's processor instance; one that cannot be constructed stops the worker with the cause."""
+    try:
+        return spec.processor_class()()
+    except Exception as error:
+        log.error("processor '%s' could not be constructed for task %s", spec.name, task_id, exc_info=error)
+        raise StopAfterCommit(
+            f"processor '{spec.name}' could not be constructed for task {task_id}: {type(error).__name__}: {error}"
+        ) from error
 
 
 def build_task(

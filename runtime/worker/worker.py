@@ -30,8 +30,8 @@ from runtime.kafka.topic_serdes import topic_serdes
 from runtime.kafka.topics import describe_limits, ensure_topics
 from runtime.state.restore import ChangelogRestorer
 from runtime.task.broadcast import BroadcastSource
-from runtime.task.event_time import TimestampOf, timestamp_reader
-from runtime.task.failures import FailureHandler, Stage
+from runtime.task.event_time import timestamp_readers
+from runtime.task.failures import FailureHandler
 from runtime.task.task import TaskId, TaskServices
 from runtime.telemetry import Telemetry
 from runtime.worker.assignment import Assignment
@@ -187,7 +187,7 @@ class Worker:
             self.telemetry,
             backpressure.after_dequeue,
             committer.commit_before_processing,
-            self._timestamps(),
+            timestamp_readers(config),
             config.max_task_idle_ms / 1000,
             Unfetched(consumer, end_offsets),
             self._broadcast_source(partition_counts),
@@ -247,24 +247,10 @@ class Worker:
         return AtLeastOnce(consumer, shared, self.counters, self.telemetry)
 
     def _failure_handler(self) -> FailureHandler:
-        errors = self.config.errors
-        policies = {Stage.DESERIALIZATION: errors.deserialization, Stage.PROCESSING: errors.processing}
-        dead_letters = self._limits.get(self.config.dead_letter_topic)
-        return FailureHandler(
-            self.config.app_id, policies, self.config.dead_letter_topic, self.counters,
-            *([dead_letters.max_bytes] if dead_letters is not None else []),
-        )  # fmt: skip
+        return FailureHandler.configured(self.config, self.counters, self._limits)
 
     def _serdes(self) -> dict[str, tuple[Any, Any]]:
         return topic_serdes(self.config)
-
-    def _timestamps(self) -> dict[str, TimestampOf]:
-        """How the event time of each topic that has a `timestamp` setting is read."""
-        return {
-            name: timestamp_reader(topic.timestamp)
-            for name, topic in self.config.topics.items()
-            if topic.timestamp is not None
-        }
 
     async def _end_offsets(
         self, consumer: AIOKafkaConsumer, partition_counts: dict[str, int]

@@ -14,7 +14,8 @@ from tests.conftest import TopicNamer
 
 def renamed(app_yaml: Path, topic_name: TopicNamer, state_dir: Path, param_topics: tuple[str, ...] = ()) -> Path:
     """The example's YAML rewritten into `state_dir`'s parent: every topic renamed where the processors name
-    it (inputs, broadcast, outputs, tables, and the params fields `param_topics`); returns its path."""
+    it (inputs, broadcast, outputs, tables, and the params fields `param_topics`: a topic, or a mapping
+    to topics) and where global stores do; returns its path."""
     app: dict[str, Any] = yaml.safe_load((ROOT / app_yaml).read_text())
     names = {topic: topic_name(topic) for topic in app["topics"]}
     app["app_id"] = topic_name("app")
@@ -26,7 +27,13 @@ def renamed(app_yaml: Path, topic_name: TopicNamer, state_dir: Path, param_topic
         for table in processor.get("tables", {}).values():
             table["topic"] = names[table["topic"]]
         params = processor.get("params", {})
-        params.update({field: names[params[field]] for field in param_topics if field in params})
+        for field in param_topics:
+            if isinstance(params.get(field), dict):  # topics by name, as `routes: {ACQ-NORTH: payments-acq-north}`
+                params[field] = {name: names[topic] for name, topic in params[field].items()}
+            elif field in params:
+                params[field] = names[params[field]]
+    for store in app.get("global_stores", {}).values():
+        store["topic"] = names[store["topic"]]
     app["state_dir"] = str(state_dir)
     path = state_dir.parent / "app.yaml"
     path.write_text(yaml.safe_dump(app))

@@ -1,0 +1,44 @@
+"""Step 2 of the runtime's commit protocol (runtime/guarantees/checkpoint.py) on in-memory topics."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from runtime.guarantees.checkpoint import Checkpoint, CommitBeforeProcessing, Committed
+from runtime.kafka.outputs import Outputs
+from runtime.task.task import Task
+from testkit.topics import MemoryProducer
+
+
+class MemoryCommits:
+    """Every output acknowledged (a task's transaction committed, under exactly-once), then the offsets
+    recorded as the group's; under at-most-once, a batch's offsets before the batch is processed."""
+
+    commits_in_turn = False
+
+    def __init__(self, outputs: Callable[[], Iterable[Outputs]], at_most_once: bool):
+        self.offsets: dict[TopicPartition, int] = {}
+        self._outputs = outputs
+        self.commit_before_processing: CommitBeforeProcessing | None = self._commit_batch if at_most_once else None
+
+    async def claim(self, task: Task) -> None:
+        return None
+
+    async def release(self, task: Task) -> None:
+        return None
+
+    async def commit(self, checkpoints: list[Checkpoint]) -> Committed:
+        for outputs in self._outputs():
+            await outputs.wait_acked()
+            producer = outputs.producer
+            assert isinstance(producer, MemoryProducer)
+            await producer.commit_transaction()
+        if self.commit_before_processing is None:
+            self.offsets.update({tp: offset for c in checkpoints for tp, offset in c.offsets.items()})
+        return Committed(checkpoints)
+
+    async def _commit_batch(self, tp: TopicPartition, records: list[Any]) -> None:
+        self.offsets[tp] = records[-1].offset + 1

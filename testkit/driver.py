@@ -45,19 +45,20 @@ from runtime.guarantees.checkpoint import Checkpoints
 from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import TopicLimits
 from runtime.kafka.topic_serdes import topic_serdes
-from runtime.kafka.topics import changelog_partitions, declared_configs, topic_limits
+from runtime.kafka.topics import changelog_partitions, declared_configs, producer_options, topic_limits
 from runtime.state.task_state import TaskState
 from runtime.task.event_time import timestamp_readers
 from runtime.task.failures import FailureHandler
 from runtime.task.task import Task, TaskId, TaskServices
 from runtime.telemetry import Telemetry, TelemetryConfig
 from runtime.worker.assignment import build_task, construct
+from runtime.worker.collector import bulk_allocations
 from stores import KeyValueStore, ReadOnlyStore, SessionStore, WindowStore
 from stores.partitioner import partition_for
 from testkit.clock import ManualClock
 from testkit.commits import MemoryCommits
 from testkit.records import DeadLetter, TopicRecord
-from testkit.topics import MemoryProducer, Topics
+from testkit.topics import DEFAULT_BATCH_SIZE, MemoryProducer, Topics
 
 MAX_ROUNDS = 10_000
 """Commits in a row that each made new records visible: an app that feeds itself without end."""
@@ -152,7 +153,8 @@ class AppDriver:
         self, limits: Mapping[str, TopicLimits], failures: FailureHandler | None, transactional: bool = False
     ) -> Outputs:
         on_refused = failures.refused if failures is not None else None
-        producer = MemoryProducer(self.topics, transactional)
+        batch_size = int(producer_options(self.config).get("max_batch_size", DEFAULT_BATCH_SIZE))
+        producer = MemoryProducer(self.topics, transactional, batch_size)
         return Outputs(producer, self.topics.counts, self.counters, limits, on_refused=on_refused)
 
     async def _start_task(
@@ -271,21 +273,20 @@ class AppDriver:
     def read(self, topic: str) -> list[TopicRecord]:
         """The records of `topic` written since the last `read` of it, decoded, in the order they were written."""
         unread = []
-        for entry in self.topics.entries(topic):
-            record = entry.record
+        for record in self.topics.records(topic):
             tp = TopicPartition(topic, record.partition)
             if record.offset >= self._read.get(tp, 0):
-                unread.append(entry)
+                unread.append(record)
                 self._read[tp] = record.offset + 1
-        return [self._decoded(entry.record) for entry in unread]
+        return [self._decoded(record) for record in unread]
 
     def records(self, topic: str) -> list[TopicRecord]:
         """Every record of `topic`, decoded, in the order they were written."""
-        return [self._decoded(entry.record) for entry in self.topics.entries(topic)]
+        return [self._decoded(record) for record in self.topics.records(topic)]
 
     def dead_letters(self) -> list[DeadLetter]:
         """Every record on the app's dead-letter topic, with what went wrong."""
-        return [DeadLetter.of(entry.record) for entry in self.topics.entries(self.config.dead_letter_topic)]
+        return [DeadLetter.of(record) for record in self.topics.records(self.config.dead_letter_topic)]
 
     def partition_of(self, topic: str, key: Any) -> int:
         """The partition of `topic` a record with `key` goes to (and so the task that reads it)."""
@@ -336,8 +337,12 @@ class AppDriver:
     # How the app runs.
 
     def _run(self, work: Any) -> None:
+        """The app's turn. The topics keep every record, as a broker does, and a collection of the young
+        generation every 700 allocations walks them more and more often: the collector is set as for a
+        bulk read meanwhile."""
         try:
-            self._runner.run(work)
+            with bulk_allocations():
+                self._runner.run(work)
         except BaseException as error:
             self._failure = error
             raise

@@ -21,6 +21,9 @@ from aiokafka.structs import ConsumerRecord
 from runtime.kafka.record_limits import HeaderList, record_size
 from runtime.task.clock import Clock
 
+BATCH_HEADER = 61  # bytes of a v2 record batch's header, counted in every record_size()
+DEFAULT_BATCH_SIZE = 16384  # aiokafka's max_batch_size
+
 
 class TransactionState(Enum):
     OPEN = "open"
@@ -33,13 +36,10 @@ class Transaction:
     state: TransactionState = TransactionState.OPEN
 
 
-class Entry(NamedTuple):
-    """A record in a partition's log: `sequence` orders it among every topic's records."""
-
-    record: ConsumerRecord[bytes, bytes]
-    sequence: int
-    transaction: Transaction | None
-
+Entry = tuple[int, int, int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...], "Transaction | None"]
+"""A record in a partition's log: the order it was written in among every topic's records, its offset,
+timestamp, key, value, headers and transaction. A plain tuple of plain values (but for a transaction),
+which the garbage collector stops walking: the topics keep every record, as a broker does."""
 
 class Topics:
     """Every topic's partitions; a topic not known yet has the partitions `counts` gives, else one."""
@@ -54,9 +54,14 @@ class Topics:
         return self.counts.setdefault(topic, 1)
 
     def log(self, topic: str, partition: int) -> list[Entry]:
-        if not 0 <= partition < self.partitions(topic):
-            raise ValueError(f"topic '{topic}' has {self.partitions(topic)} partitions, not a partition {partition}")
-        return self._logs.setdefault((topic, partition), [])
+        log = self._logs.get((topic, partition))
+        if log is None:
+            if not 0 <= partition < self.partitions(topic):
+                raise ValueError(
+                    f"topic '{topic}' has {self.partitions(topic)} partitions, not a partition {partition}"
+                )
+            log = self._logs[topic, partition] = []
+        return log
 
     def append(
         self,
@@ -71,23 +76,22 @@ class Topics:
         """Append one record; returns its offset. A record without a timestamp gets the clock's (CreateTime)."""
         log = self.log(topic, partition)
         offset = len(log)
-        record = ConsumerRecord(
-            topic, partition, offset, self.clock.epoch_ms() if timestamp is None else timestamp, 0, key, value, None,
-            -1 if key is None else len(key), -1 if value is None else len(value), list(headers),
-        )  # fmt: skip
-        log.append(Entry(record, next(self._sequence), transaction))
+        if timestamp is None:
+            timestamp = self.clock.epoch_ms()
+        log.append((next(self._sequence), offset, timestamp, key, value, tuple(headers), transaction))
         return offset
 
-    def visible(self, topic: str, partition: int, start: int) -> tuple[list[ConsumerRecord[bytes, bytes]], int]:
+    def visible(self, topic: str, partition: int, start: int) -> tuple[list[Any], int]:
         """The records a read_committed consumer at `start` gets now, and its position after them: it stops
         at the first record of an open transaction and skips those of aborted ones."""
         entries, position = self._readable(topic, partition, start)
-        return [entry.record for entry in entries], position
+        return [_record(topic, partition, entry) for entry in entries], position
 
-    def entries(self, topic: str) -> list[Entry]:
+    def records(self, topic: str) -> list[Any]:
         """Every record of `topic` a read_committed consumer sees now, in the order they were written."""
-        entries = [entry for p in range(self.partitions(topic)) for entry in self._readable(topic, p, 0)[0]]
-        return sorted(entries, key=lambda entry: entry.sequence)
+        entries = [(entry, p) for p in range(self.partitions(topic)) for entry in self._readable(topic, p, 0)[0]]
+        entries.sort(key=lambda found: found[0][0])
+        return [_record(topic, partition, entry) for entry, partition in entries]
 
     def _readable(self, topic: str, partition: int, start: int) -> tuple[list[Entry], int]:
         log = self._logs.get((topic, partition))
@@ -95,8 +99,9 @@ class Topics:
             return [], start
         readable = []
         position = start
-        for entry in itertools.islice(log, start, None):
-            transaction = entry.transaction
+        for index in range(start, len(log)):
+            entry = log[index]
+            transaction = entry[6]
             if transaction is None or transaction.state is TransactionState.COMMITTED:
                 readable.append(entry)
             elif transaction.state is TransactionState.OPEN:
@@ -105,20 +110,32 @@ class Topics:
         return readable, position
 
 
+def _record(topic: str, partition: int, entry: Entry) -> Any:
+    """The record as aiokafka's consumer hands it over."""
+    _, offset, timestamp, key, value, headers, _ = entry
+    return ConsumerRecord(topic, partition, offset, timestamp, 0, key, value, None, -1 if key is None else len(key),
+                          -1 if value is None else len(value), list(headers))  # fmt: skip
+
+
 class _Acked(NamedTuple):
     offset: int  # of a batch's first record, as aiokafka's RecordMetadata gives it
 
 
 class MemoryBatch:
-    """What `Outputs` fills in place of aiokafka's batch builder: it takes what Kafka's record format
-    takes (bytes, and headers of str and bytes), and grows without bound."""
+    """What `Outputs` fills in place of aiokafka's batch builder, and as it fills one: it takes what
+    Kafka's record format takes (bytes, headers of str and bytes), and is full at `batch_size` bytes (a
+    record alone always fits)."""
 
-    def __init__(self) -> None:
+    def __init__(self, batch_size: int):
         self.records: list[tuple[bytes | None, bytes | None, HeaderList, int | None]] = []
-        self._size = 0
+        self._batch_size = batch_size
+        self._size = BATCH_HEADER
 
-    def append(self, *, timestamp: int | None, key: bytes | None, value: bytes | None, headers: Any) -> bool:
-        self._size += record_size(key, value, headers)  # aiokafka's own size estimate checks the types
+    def append(self, *, timestamp: int | None, key: bytes | None, value: bytes | None, headers: Any) -> bool | None:
+        grows = record_size(key, value, headers) - BATCH_HEADER  # aiokafka's own estimate checks the types
+        if self.records and self._size + grows > self._batch_size:
+            return None
+        self._size += grows
         self.records.append((key, value, list(headers), timestamp))
         return True
 
@@ -130,13 +147,14 @@ class MemoryProducer:
     """The producer `Outputs` sends through: each batch is written to `topics` as it is sent, in a
     transaction when the producer is transactional (begun by the first batch after a commit)."""
 
-    def __init__(self, topics: Topics, transactional: bool):
+    def __init__(self, topics: Topics, transactional: bool, batch_size: int = DEFAULT_BATCH_SIZE):
         self.transactional = transactional
+        self._batch_size = batch_size
         self._topics = topics
         self._transaction: Transaction | None = None
 
     def create_batch(self) -> MemoryBatch:
-        return MemoryBatch()
+        return MemoryBatch(self._batch_size)
 
     async def send_batch(self, batch: MemoryBatch, topic: str, *, partition: int) -> asyncio.Future[_Acked]:
         if self.transactional and self._transaction is None:

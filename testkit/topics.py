@@ -41,6 +41,7 @@ Entry = tuple[int, int, int, bytes | None, bytes | None, tuple[tuple[str, bytes]
 timestamp, key, value, headers and transaction. A plain tuple of plain values (but for a transaction),
 which the garbage collector stops walking: the topics keep every record, as a broker does."""
 
+
 class Topics:
     """Every topic's partitions; a topic not known yet has the partitions `counts` gives, else one."""
 

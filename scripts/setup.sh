@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything a fresh machine needs: Java + Maven for the local Kafka broker, and a virtualenv
+# Everything a fresh machine needs: Java + Maven for the local Kafka broker, PostgreSQL, and a virtualenv
 # with this package and its development tools. Safe to run again: it only does what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,18 @@ if ! command -v java >/dev/null || ! command -v mvn >/dev/null; then
     else
         echo "error: Java 17+ and Maven are needed for the local Kafka broker;" >&2
         echo "       install them (Debian/Ubuntu: sudo apt-get install default-jdk-headless maven)" >&2
+        exit 1
+    fi
+fi
+
+# PostgreSQL's server, for the database sink's tests and examples (a throwaway cluster each, on 127.0.0.1).
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        echo "installing PostgreSQL (Debian package postgresql)"
+        apt-get update -qq && apt-get install -y -qq postgresql >/dev/null
+    else
+        echo "error: PostgreSQL's server is needed for the database tests and examples;" >&2
+        echo "       install it (Debian/Ubuntu: sudo apt-get install postgresql)" >&2
         exit 1
     fi
 fi

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from runtime.devkafka import LocalBroker
+from runtime.devpostgres.server import LocalPostgres
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +34,24 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield broker.bootstrap_servers
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """DATABASE_URL when set, else a PostgreSQL cluster made and started for this test session (Debian's
+    package; under the system's temporary directory, which the server's own user can reach as root)."""
+    configured = os.environ.get("DATABASE_URL")
+    if configured:
+        yield configured
+        return
+    home = Path(tempfile.mkdtemp(prefix="kafka-actor-runtime-tests-"))
+    server = LocalPostgres(home / "data")
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 TopicNamer = Callable[[str], str]

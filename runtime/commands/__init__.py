@@ -12,6 +12,7 @@ from collections.abc import Callable
 # Command name -> (module, what it does, for the top-level --help).
 COMMANDS: dict[str, tuple[str, str]] = {
     "dev-kafka": ("runtime.devkafka.cli", "start, stop or check the local development broker"),
+    "dev-postgres": ("runtime.devpostgres.cli", "start, stop or check the local development PostgreSQL"),
     "topics": ("runtime.commands.topics", "list, describe or create topics"),
     "produce": ("runtime.commands.produce", "write JSON lines to a topic, encoded with its serdes"),
     "consume": ("runtime.commands.consume", "print a topic's records as JSON lines, decoded with its serdes"),

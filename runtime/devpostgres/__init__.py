@@ -1,0 +1,1 @@
+"""A local PostgreSQL for development, examples and tests."""

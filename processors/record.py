@@ -25,6 +25,13 @@ class Record:
     value: Any
     headers: Headers = ()
 
+    @property
+    def idempotency_key(self) -> str:
+        """`topic:partition:offset`: the same for every delivery of this record, and for no other record.
+        A processor that writes elsewhere stores it with what it writes, in the same transaction, and
+        skips a record whose key is there already (docs/databases.md)."""
+        return f"{self.topic}:{self.partition}:{self.offset}"
+
     def header(self, name: str) -> bytes | None:
         """The last value of header `name`, or None."""
         for header_name, value in reversed(self.headers):

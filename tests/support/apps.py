@@ -8,7 +8,10 @@ import random
 import signal
 from pathlib import Path
 
+import asyncpg
+
 from processors import Context, Processor, Record
+from processors.sinks import PostgresSink
 
 
 class Echo(Processor):
@@ -152,3 +155,35 @@ class Taxed(Processor):
 def merchant_of(record: Record) -> str:
     """A key function for `repartition: {key: tests.support.apps:merchant_of}`."""
     return str(record.value["merchant"]).upper()
+
+
+class SlowPostgresSink(PostgresSink):
+    """PostgresSink at about 4,000 records/s per task, so that kills land while it writes."""
+
+    async def process(self, record: Record, ctx: Context) -> None:
+        if record.offset % 40 == 0:
+            await asyncio.sleep(0.01)
+        await super().process(record, ctx)
+
+
+class LedgerWriter(Processor):
+    """docs/databases.md's pattern: a processor that writes to PostgreSQL itself, each row with its
+    record's idempotency key, in one database transaction per commit; a record delivered again is skipped
+    by the key's unique constraint. params: `dsn`, `table` (idempotency_key text PRIMARY KEY, account, amount)."""
+
+    async def init(self, ctx: Context) -> None:
+        self.connection = await asyncpg.connect(str(ctx.params["dsn"]))
+        self.insert = (f"INSERT INTO {ctx.params['table']} (idempotency_key, account, amount) VALUES ($1, $2, $3) "
+                       "ON CONFLICT (idempotency_key) DO NOTHING")  # fmt: skip
+        self.entries: list[tuple[str, str, int]] = []
+
+    def process(self, record: Record, ctx: Context) -> None:
+        self.entries.append((record.idempotency_key, record.key, record.value["amount"]))
+
+    async def flush(self, ctx: Context) -> None:
+        async with self.connection.transaction():
+            await self.connection.executemany(self.insert, self.entries)
+        self.entries.clear()
+
+    async def close(self) -> None:
+        await self.connection.close()

@@ -17,6 +17,7 @@ from runtime.kafka.options import INT32_MAX
 from runtime.schema_registry.config import SchemaRegistryConfig
 from runtime.schema_registry.topic_checks import check_registry_topics
 from runtime.telemetry.config import TelemetryConfig
+from sources.outbox.config import OutboxConfig
 
 
 class Guarantee(StrEnum):
@@ -73,6 +74,7 @@ class AppConfig(Strict):
     snapshots: SnapshotsConfig | None = None
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     schema_registry: SchemaRegistryConfig | None = None
+    outboxes: dict[str, OutboxConfig] = Field(default_factory=dict)  # database tables shipped to Kafka
 
     @field_validator("app_id")
     @classmethod
@@ -158,6 +160,11 @@ class AppConfig(Strict):
                 if spec.changelog:
                     derived_topic(f"processors[{index}].stores.{store}", "changelog", self.changelog_topic(store))
         check_registry_topics(self.topics, self.schema_registry)
+        for name, outbox in self.outboxes.items():
+            if not re.match(NAME, name):
+                raise ValueError(f"outboxes.{name}: the name may only use letters, digits, '_' and '-'")
+            if outbox.topic is not None and outbox.topic not in self.topics:
+                raise ValueError(f"outboxes.{name}.topic: topic '{outbox.topic}' is not declared under topics")
         for name in self.global_stores:
             if not re.match(NAME, name):
                 raise ValueError(f"global_stores.{name}: the name may only use letters, digits, '_' and '-'")
@@ -196,6 +203,10 @@ class AppConfig(Strict):
             })  # fmt: skip
             self.processors[index] = processor.reading_repartition(topic)
             self.processors.insert(index, stage)
+
+    def outbox_position_topic(self, outbox: str) -> str:
+        """Where the outbox's poller keeps the last id it shipped (compacted; one partition)."""
+        return f"{self.app_id}-outbox-{outbox}-position"
 
     def repartition_topic(self, processor: str) -> str:
         return f"{self.app_id}-{processor}-repartition"

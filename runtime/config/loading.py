@@ -29,7 +29,7 @@ def format_validation_error(error: ValidationError) -> str:
     for problem in error.errors():
         message = problem["msg"].removeprefix("Value error, ")
         location = _location(tuple(problem["loc"]))
-        if message.startswith(("processors[", "topics.", "global_stores.", "kafka.", "app_id:")):
+        if message.startswith(("processors[", "topics.", "global_stores.", "outboxes.", "kafka.", "app_id:")):
             lines.append(message)  # a cross-field check that already names its path
         else:
             lines.append(f"{location}: {message}")

@@ -43,6 +43,7 @@ from runtime.worker.outcome import Outcome
 from runtime.worker.poll_loop import poll
 from runtime.worker.purge import RepartitionPurge
 from runtime.worker.unfetched import Unfetched
+from sources.outbox.poller import OutboxPoller
 from stores import StoreError
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ class Worker:
             config.telemetry, config.app_id, config.group_id, worker=index, install_global=True
         )
         self.counters = Counters()
+        self._index = index
         self._clients = Clients(config, bootstrap_servers)
         self.global_stores = GlobalStores(config, self._clients, self.counters)
         self._until_caught_up = until_caught_up
@@ -211,6 +213,10 @@ class Worker:
         register_levels(self.telemetry.metrics, self.counters, consumer, assignment, backpressure, restorer,
                         self.global_stores)  # fmt: skip
         follower = spawn(self._supervised("following the global stores", self.global_stores.follow()), "follower")
+        pollers = [
+            spawn(self._supervised(f"the outbox poller '{name}'", poller.run()), f"outbox {name}")
+            for name, poller in self._outbox_pollers(partition_counts).items()
+        ]
         tasks = lambda: list(assignment.tasks.values())  # noqa: E731
         timer = spawn(self._supervised("the commit timer", checkpoints.commit_periodically(tasks)), "commit timer")
         purge = RepartitionPurge(consumer, self._clients.admin, set(config.repartition_topics()))
@@ -222,6 +228,8 @@ class Worker:
             )
         finally:
             follower.cancel()
+            for poller in pollers:
+                poller.cancel()  # a transaction it leaves open is aborted by the next start
             if purger is not None:
                 purger.cancel()
             checkpoints.stop_timer()
@@ -229,6 +237,13 @@ class Worker:
             await assignment.stop_all(commit=outcome.commits_at_stop(config.guarantee is Guarantee.EXACTLY_ONCE))
             if purger is not None:
                 await purge.once()  # what the last commit passed
+
+    def _outbox_pollers(self, partition_counts: dict[str, int]) -> dict[str, OutboxPoller]:
+        """The app's outboxes, each shipped by one poller: the first worker's (under `--workers N`)."""
+        if self._index != 0:
+            return {}
+        return {name: OutboxPoller(name, self.config, self._clients, partition_counts, self.counters, self._limits)
+                for name in self.config.outboxes}  # fmt: skip
 
     async def _supervised(self, what: str, work: Coroutine[Any, Any, None]) -> None:
         try:

@@ -1,0 +1,1 @@
+"""Sources that are not Kafka topics: what the runtime ships into Kafka from elsewhere."""

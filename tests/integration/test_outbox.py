@@ -1,0 +1,172 @@
+"""The transactional outbox against a real PostgreSQL and a real Kafka: rows shipped in id order, each
+exactly once, with concurrent writers whose transactions commit out of id order, and with the poller
+killed -9 again and again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from runtime.config import parse_app
+from runtime.worker.worker import Worker
+from tests.conftest import TopicNamer
+from tests.support.kafka_helpers import read_topic
+from tests.support.running import spawn_worker, write_app
+
+KEYS = 7
+
+
+def outbox_app(name: TopicNamer, dsn: str, table: str, settle_ms: int, state: Path) -> dict[str, Any]:
+    events, copies = name("order-events"), name("order-copies")
+    topic = {"partitions": 3, "key_serde": "str", "value_serde": "json"}
+    return {
+        "app_id": name("orders"),
+        "topics": {events: topic, copies: topic},
+        "outboxes": {"orders": {"dsn": dsn, "table": table, "topic": events, "key_column": "aggregate",
+                                "value_column": "payload", "headers_column": "headers", "settle_ms": settle_ms,
+                                "poll_interval_ms": 20, "batch_size": 500}},
+        "processors": [{"name": "copy", "class": "tests.support.apps:Echo", "inputs": [events], "outputs": [copies],
+                        "params": {"output": copies}}],
+        "state_dir": str(state),
+    }  # fmt: skip
+
+
+async def create_outbox(dsn: str) -> str:
+    table = f"outbox_{uuid.uuid4().hex[:8]}"
+    connection = await asyncpg.connect(dsn)
+    try:
+        columns = ("id bigserial PRIMARY KEY, aggregate text NOT NULL, payload jsonb NOT NULL, headers jsonb, "
+                   "created_at timestamptz NOT NULL DEFAULT now()")  # fmt: skip
+        await connection.execute(f"CREATE TABLE {table} ({columns})")
+    finally:
+        await connection.close()
+    return table
+
+
+async def write_orders(dsn: str, table: str, first: int, count: int, pause_s: float = 0.0) -> None:
+    """`count` orders, one database transaction each (a row per order, keyed by its aggregate)."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        for n in range(first, first + count):
+            await connection.execute(
+                f"INSERT INTO {table} (aggregate, payload, headers) VALUES ($1, $2, $3)",
+                f"order-{n % KEYS}", json.dumps({"n": n}), json.dumps({"source": "orders-service"}),
+            )  # fmt: skip
+            if pause_s:
+                await asyncio.sleep(pause_s)
+    finally:
+        await connection.close()
+
+
+async def slow_transaction(dsn: str, table: str, n: int, holds_s: float) -> None:
+    """An order whose id is handed out at once but whose transaction commits `holds_s` later."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        async with connection.transaction():
+            await connection.execute(f"INSERT INTO {table} (aggregate, payload) VALUES ($1, $2)", "order-slow",
+                                     json.dumps({"n": n}))  # fmt: skip
+            await asyncio.sleep(holds_s)
+    finally:
+        await connection.close()
+
+
+async def shipped(bootstrap: str, topic: str) -> list[Any]:
+    return await read_topic(bootstrap, topic)  # read_committed
+
+
+async def ids_by_number(dsn: str, table: str) -> dict[int, int]:
+    connection = await asyncpg.connect(dsn)
+    try:
+        return {json.loads(row["payload"])["n"]: row["id"] for row in await connection.fetch(f"SELECT * FROM {table}")}
+    finally:
+        await connection.close()
+
+
+def check_each_once_in_order(records: list[Any], ids: dict[int, int]) -> None:
+    """Every row once, and each key's rows in the order of their ids."""
+    numbers = [json.loads(r.value)["n"] for r in records]
+    assert sorted(numbers) == sorted(ids), (len(numbers), len(ids))
+    by_key: dict[bytes, list[int]] = defaultdict(list)
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        by_key[record.key].append(ids[json.loads(record.value)["n"]])
+    for key, in_order in by_key.items():
+        assert in_order == sorted(in_order), key
+
+
+@pytest.mark.parametrize("settle_ms", [0, 1_500])
+def test_a_transaction_that_commits_after_later_ids_is_shipped_only_with_a_settle_window(
+    kafka_bootstrap: str, postgres_url: str, topic_name: TopicNamer, tmp_path: Path, settle_ms: int
+) -> None:
+    table = asyncio.run(create_outbox(postgres_url))
+    app = outbox_app(topic_name, postgres_url, table, settle_ms, tmp_path / "state")
+    events = next(iter(app["topics"]))
+
+    async def scenario() -> list[Any]:
+        worker = Worker(parse_app(app), kafka_bootstrap)
+        running = asyncio.create_task(worker.run())
+        await write_orders(postgres_url, table, 100, 1)  # shipped once the poller runs
+        for _ in range(300):
+            if await shipped(kafka_bootstrap, events):
+                break
+            await asyncio.sleep(0.1)
+        slow = asyncio.create_task(slow_transaction(postgres_url, table, 0, holds_s=1.5))  # an id before the rest
+        await asyncio.sleep(0.1)
+        await write_orders(postgres_url, table, 1, 50, pause_s=0.01)  # later ids, committed first
+        await slow
+        await asyncio.sleep(settle_ms / 1000 + 2.0)
+        worker.stop()
+        await running
+        return await shipped(kafka_bootstrap, events)
+
+    records = asyncio.run(scenario())
+    numbers = {json.loads(r.value)["n"] for r in records}
+    assert set(range(1, 51)) <= numbers
+    if settle_ms == 0:
+        assert 0 not in numbers  # the seed's problem: the poller moved past the slow transaction's id
+    else:
+        check_each_once_in_order(records, asyncio.run(ids_by_number(postgres_url, table)))
+        assert all(dict(r.headers).get("source") == b"orders-service" for r in records if json.loads(r.value)["n"])
+
+
+def test_every_row_reaches_kafka_exactly_once_through_kills_of_the_poller(
+    kafka_bootstrap: str, postgres_url: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    table = asyncio.run(create_outbox(postgres_url))
+    app = outbox_app(topic_name, postgres_url, table, 200, tmp_path / "state")
+    app["kafka"] = {"bootstrap_servers": kafka_bootstrap}
+    path = write_app(tmp_path, app)
+    events = next(iter(app["topics"]))
+    rows, rng = 6_000, random.Random(11)
+
+    async def scenario() -> list[Any]:
+        writers = [asyncio.create_task(write_orders(postgres_url, table, w * rows // 3, rows // 3, pause_s=0.001))
+                   for w in range(3)]  # fmt: skip
+        logs = iter(tmp_path / f"worker{n}.log" for n in range(10))
+        worker = spawn_worker(path, log=next(logs))
+        for _ in range(5):
+            await asyncio.sleep(rng.uniform(1.0, 2.5))
+            assert worker.poll() is None, "the worker exited by itself"
+            worker.send_signal(signal.SIGKILL)
+            worker.wait()
+            worker = spawn_worker(path, log=next(logs))
+        await asyncio.gather(*writers)
+        deadline = asyncio.get_running_loop().time() + 60
+        while len(records := await shipped(kafka_bootstrap, events)) < rows:
+            assert asyncio.get_running_loop().time() < deadline, f"{len(records)} of {rows} rows shipped"
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(1.0)  # nothing more comes
+        worker.send_signal(signal.SIGTERM)
+        worker.wait()
+        return await shipped(kafka_bootstrap, events)
+
+    records = asyncio.run(scenario())
+    check_each_once_in_order(records, asyncio.run(ids_by_number(postgres_url, table)))

@@ -1,5 +1,5 @@
 # The two commands of the README: `make example` and `make test`.
-.PHONY: setup example example-minutes example-sessions example-cdc example-enrichment example-merchants test test-jaeger lint unit bench clean
+.PHONY: setup example example-minutes example-sessions example-cdc example-enrichment example-merchants example-orders test test-jaeger lint unit bench clean
 
 setup:
 	./scripts/setup.sh
@@ -25,6 +25,10 @@ example-enrichment: setup
 # Totals per merchant from payments keyed by account, through a repartition topic (examples/merchant_totals/).
 example-merchants: setup
 	.venv/bin/python -m examples.merchant_totals.run
+
+# Seed 002: orders written with their outbox rows in PostgreSQL, shipped to Kafka, totals written back (examples/orders/).
+example-orders: setup
+	.venv/bin/python -m examples.orders.run
 
 lint: setup
 	.venv/bin/ruff check .

@@ -1,4 +1,5 @@
-"""The Kafka the examples run against: KAFKA_BOOTSTRAP_SERVERS, else the local development broker."""
+"""What the examples run against: KAFKA_BOOTSTRAP_SERVERS, else the local development broker; DATABASE_URL, else
+the local development PostgreSQL."""
 
 from __future__ import annotations
 
@@ -25,3 +26,25 @@ def kafka(keep_broker: bool = False) -> Iterator[str]:
         if started and not keep_broker:
             print("stopping the local Kafka broker")
             managed.stop()
+
+
+@contextlib.contextmanager
+def database(keep: bool = False) -> Iterator[str]:
+    """DATABASE_URL, else the local development PostgreSQL, which, started here, is stopped at the end unless
+    `keep`; sets DATABASE_URL for the apps the example runs."""
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        yield url
+        return
+    from runtime.devpostgres import managed as postgres
+
+    server, started = postgres.start()
+    print(f"PostgreSQL at {server.url} ({'started now' if started else 'already running'})")
+    os.environ["DATABASE_URL"] = server.url
+    try:
+        yield server.url
+    finally:
+        del os.environ["DATABASE_URL"]
+        if started and not keep:
+            print("stopping the local PostgreSQL")
+            postgres.stop()

@@ -34,7 +34,7 @@ from bench.postgres_sink import postgres
 from bench.stats import median, percentile, run_directory, write_result
 
 TABLE = ("(id bigserial PRIMARY KEY, aggregate text NOT NULL, payload jsonb NOT NULL, headers jsonb, "
-         "created_at timestamptz NOT NULL DEFAULT now())")  # fmt: skip
+         "created_at timestamptz NOT NULL DEFAULT clock_timestamp())")  # fmt: skip
 PAYLOAD = {"order": "o-000000", "status": "PAID", "amount_minor": 125000, "currency": "EUR", "note": "bench"}
 
 

@@ -12,10 +12,10 @@ import asyncpg
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS orders (
     id bigserial PRIMARY KEY, customer text NOT NULL, amount_minor bigint NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now());
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE TABLE IF NOT EXISTS order_outbox (
     id bigserial PRIMARY KEY, customer text NOT NULL, payload jsonb NOT NULL, headers jsonb,
-    created_at timestamptz NOT NULL DEFAULT now());
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE TABLE IF NOT EXISTS customer_totals (
     customer text PRIMARY KEY, orders bigint NOT NULL, amount_minor bigint NOT NULL);
 """

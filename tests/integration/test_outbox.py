@@ -5,6 +5,7 @@ killed -9 again and again."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import random
 import signal
@@ -45,7 +46,7 @@ async def create_outbox(dsn: str) -> str:
     connection = await asyncpg.connect(dsn)
     try:
         columns = ("id bigserial PRIMARY KEY, aggregate text NOT NULL, payload jsonb NOT NULL, headers jsonb, "
-                   "created_at timestamptz NOT NULL DEFAULT now()")  # fmt: skip
+                   "created_at timestamptz NOT NULL DEFAULT clock_timestamp()")  # fmt: skip
         await connection.execute(f"CREATE TABLE {table} ({columns})")
     finally:
         await connection.close()
@@ -170,3 +171,33 @@ def test_every_row_reaches_kafka_exactly_once_through_kills_of_the_poller(
 
     records = asyncio.run(scenario())
     check_each_once_in_order(records, asyncio.run(ids_by_number(postgres_url, table)))
+
+
+def test_a_settled_row_waits_for_an_earlier_id_that_has_not_settled(
+    kafka_bootstrap: str, postgres_url: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    table = asyncio.run(create_outbox(postgres_url))
+    app = outbox_app(topic_name, postgres_url, table, 3_000, tmp_path / "state")
+    events = next(iter(app["topics"]))
+
+    async def scenario() -> tuple[list[Any], list[Any]]:
+        connection = await asyncpg.connect(postgres_url)
+        try:  # id 1 written now; id 2 written as if an hour ago (a transaction's time can come before an id's)
+            insert = f"INSERT INTO {table} (aggregate, payload, created_at) VALUES ($1, $2, $3)"
+            now = await connection.fetchval("SELECT now()")
+            await connection.execute(insert, "a", json.dumps({"n": 1}), now)
+            await connection.execute(insert, "b", json.dumps({"n": 2}), now - datetime.timedelta(hours=1))
+        finally:
+            await connection.close()
+        worker = Worker(parse_app(app), kafka_bootstrap)
+        running = asyncio.create_task(worker.run())
+        await asyncio.sleep(1.5)
+        early = await shipped(kafka_bootstrap, events)
+        await asyncio.sleep(3.5)
+        worker.stop()
+        await running
+        return early, await shipped(kafka_bootstrap, events)
+
+    early, late = asyncio.run(scenario())
+    assert early == []  # id 2 has settled, but id 1 comes first and has not
+    assert [json.loads(r.value)["n"] for r in late] == [1, 2]

@@ -1,0 +1,120 @@
+"""Records shipped into Kafka from elsewhere, each batch with the position it reaches, in one Kafka
+transaction: what a source (the outbox, the table follower) needs to ship each row exactly once.
+
+The position goes to a compacted topic of one partition, keyed by the source's name, in the same
+transaction as the batch's records, so that both become visible together or not at all. The
+transactional id is fixed per source: a shipper that starts fences any other still running with it
+and aborts what that one left open; only then is the position read back, so no transaction left
+open can still commit behind it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+
+from aiokafka import TopicPartition
+from aiokafka.admin import NewTopic
+from aiokafka.errors import KafkaError, ProducerFenced, TopicAlreadyExistsError
+
+from runtime.config import ConfigError
+from runtime.counters import Counters
+from runtime.kafka.connection import Clients, start_with_retries
+from runtime.kafka.outputs import HeaderList, Outputs
+from runtime.kafka.record_limits import Limits
+
+log = logging.getLogger(__name__)
+
+TOPIC_EXISTS = 36
+Shipped = tuple[str, bytes | None, bytes | None, HeaderList]  # topic, key, value, headers
+
+
+class Shipper:
+    def __init__(
+        self,
+        name: str,
+        position_topic: str,
+        transactional_id: str,
+        clients: Clients,
+        partition_counts: Mapping[str, int],
+        counters: Counters,
+        limits: Limits,
+        transaction_timeout_ms: int,
+    ):
+        self.name = name
+        self.position_topic = position_topic
+        self.position: str | None = None  # the last one shipped
+        self._transactional_id = transactional_id
+        self._clients = clients
+        self._counts = {**partition_counts, position_topic: 1}
+        self._counters = counters
+        self._limits = limits
+        self._timeout_ms = transaction_timeout_ms
+        self._producer = clients.producer(transactional_id=transactional_id, client_id=transactional_id,
+                                          transaction_timeout_ms=transaction_timeout_ms)  # fmt: skip
+        self._outputs = Outputs(self._producer, self._counts, counters, limits)
+
+    def knows(self, topic: str) -> bool:
+        return topic in self._counts
+
+    async def start(self) -> None:
+        """Create the position topic if needed, fence the source's other shippers, read the position back."""
+        await self._create_position_topic()
+        await start_with_retries(f"{self.name}'s producer", self._clients.bootstrap_servers, self._producer.start)
+        self.position = await self._read_position()
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+    async def ship(self, records: Sequence[Shipped], position: str) -> bool:
+        """The records and the position after them, in one transaction; False when Kafka refused it (it was
+        aborted: ship them again). Being fenced raises."""
+        await self._producer.begin_transaction()
+        try:
+            for topic, key, value, headers in records:
+                self._outputs.append(topic, key, value, headers)
+            self._outputs.append(self.position_topic, self.name.encode(), position.encode(), partition=0)
+            await self._outputs.wait_acked()
+            await self._producer.commit_transaction()
+        except ProducerFenced:
+            raise
+        except KafkaError as error:
+            log.warning("%s: shipping %d records failed (%r); aborted, to be shipped again", self.name, len(records),
+                        error)  # fmt: skip
+            self._outputs.discard()
+            with contextlib.suppress(KafkaError):
+                await self._producer.abort_transaction()
+            return False
+        self.position = position
+        return True
+
+    async def _read_position(self) -> str | None:
+        consumer = self._clients.consumer(group_id=None, client_id=f"{self._transactional_id}-position")
+        await start_with_retries(f"{self.name}'s position reader", self._clients.bootstrap_servers, consumer.start)
+        try:
+            tp = TopicPartition(self.position_topic, 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            end = (await consumer.end_offsets([tp]))[tp]
+            last: bytes | None = None
+            while await consumer.position(tp) < end:
+                for record in (await consumer.getmany(tp, timeout_ms=500)).get(tp, []):
+                    if record.key == self.name.encode():
+                        last = record.value
+        finally:
+            await consumer.stop()
+        return None if last is None else last.decode()
+
+    async def _create_position_topic(self) -> None:
+        admin = self._clients.admin()
+        await start_with_retries("admin client", self._clients.bootstrap_servers, admin.start)
+        try:
+            topic = NewTopic(self.position_topic, 1, 1, topic_configs={"cleanup.policy": "compact"})
+            with contextlib.suppress(TopicAlreadyExistsError):
+                response = await admin.create_topics([topic])
+                for name, code, message in response.topic_errors:
+                    if code not in (0, TOPIC_EXISTS):
+                        raise ConfigError(f"position topic {name} could not be created: {message}")
+        finally:
+            await admin.close()

@@ -18,6 +18,7 @@ from runtime.schema_registry.config import SchemaRegistryConfig
 from runtime.schema_registry.topic_checks import check_registry_topics
 from runtime.telemetry.config import TelemetryConfig
 from sources.outbox.config import OutboxConfig
+from sources.table_follower.config import TableFollowerConfig
 
 
 class Guarantee(StrEnum):
@@ -75,6 +76,7 @@ class AppConfig(Strict):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     schema_registry: SchemaRegistryConfig | None = None
     outboxes: dict[str, OutboxConfig] = Field(default_factory=dict)  # database tables shipped to Kafka
+    table_followers: dict[str, TableFollowerConfig] = Field(default_factory=dict)  # tables into compacted topics
 
     @field_validator("app_id")
     @classmethod
@@ -165,6 +167,14 @@ class AppConfig(Strict):
                 raise ValueError(f"outboxes.{name}: the name may only use letters, digits, '_' and '-'")
             if outbox.topic is not None and outbox.topic not in self.topics:
                 raise ValueError(f"outboxes.{name}.topic: topic '{outbox.topic}' is not declared under topics")
+        for name, follower in self.table_followers.items():
+            if not re.match(NAME, name):
+                raise ValueError(f"table_followers.{name}: the name may only use letters, digits, '_' and '-'")
+            if follower.topic not in self.topics:
+                raise ValueError(f"table_followers.{name}.topic: topic '{follower.topic}' is not declared under topics")
+            if "compact" not in self.topics[follower.topic].cleanup_policy:
+                raise ValueError(f"table_followers.{name}.topic: topic '{follower.topic}' is not compacted "
+                                 "(cleanup_policy: compact): it keeps each row's latest version")  # fmt: skip
         for name in self.global_stores:
             if not re.match(NAME, name):
                 raise ValueError(f"global_stores.{name}: the name may only use letters, digits, '_' and '-'")
@@ -207,6 +217,10 @@ class AppConfig(Strict):
     def outbox_position_topic(self, outbox: str) -> str:
         """Where the outbox's poller keeps the last id it shipped (compacted; one partition)."""
         return f"{self.app_id}-outbox-{outbox}-position"
+
+    def follower_position_topic(self, follower: str) -> str:
+        """Where the table follower keeps the (version, key) it reached (compacted; one partition)."""
+        return f"{self.app_id}-follower-{follower}-position"
 
     def repartition_topic(self, processor: str) -> str:
         return f"{self.app_id}-{processor}-repartition"

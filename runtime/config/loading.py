@@ -13,6 +13,9 @@ from runtime.redaction import redact
 from runtime.substitution import UnsetVariable, expand_variables
 from runtime.yaml_loader import MAX_BYTES, UnsafeYaml, load_yaml
 
+# The cross-field checks' messages start with the path they are about.
+SECTIONS_NAMED = ("processors[", "topics.", "global_stores.", "outboxes.", "table_followers.", "kafka.", "app_id:")
+
 
 def _location(loc: tuple[int | str, ...]) -> str:
     text = ""
@@ -29,7 +32,9 @@ def format_validation_error(error: ValidationError) -> str:
     for problem in error.errors():
         message = problem["msg"].removeprefix("Value error, ")
         location = _location(tuple(problem["loc"]))
-        if message.startswith(("processors[", "topics.", "global_stores.", "outboxes.", "kafka.", "app_id:")):
+        if message.startswith(
+            ("processors[", "topics.", "global_stores.", "outboxes.", "table_followers.", "kafka.", "app_id:")
+        ):
             lines.append(message)  # a cross-field check that already names its path
         else:
             lines.append(f"{location}: {message}")

@@ -44,6 +44,7 @@ from runtime.worker.poll_loop import poll
 from runtime.worker.purge import RepartitionPurge
 from runtime.worker.unfetched import Unfetched
 from sources.outbox.poller import OutboxPoller
+from sources.table_follower.follower import TableFollower
 from stores import StoreError
 
 log = logging.getLogger(__name__)
@@ -214,8 +215,7 @@ class Worker:
                         self.global_stores)  # fmt: skip
         follower = spawn(self._supervised("following the global stores", self.global_stores.follow()), "follower")
         pollers = [
-            spawn(self._supervised(f"the outbox poller '{name}'", poller.run()), f"outbox {name}")
-            for name, poller in self._outbox_pollers(partition_counts).items()
+            spawn(self._supervised(what, source.run()), what) for what, source in self._sources(partition_counts)
         ]
         tasks = lambda: list(assignment.tasks.values())  # noqa: E731
         timer = spawn(self._supervised("the commit timer", checkpoints.commit_periodically(tasks)), "commit timer")
@@ -238,12 +238,15 @@ class Worker:
             if purger is not None:
                 await purge.once()  # what the last commit passed
 
-    def _outbox_pollers(self, partition_counts: dict[str, int]) -> dict[str, OutboxPoller]:
-        """The app's outboxes, each shipped by one poller: the first worker's (under `--workers N`)."""
+    def _sources(self, partition_counts: dict[str, int]) -> list[tuple[str, OutboxPoller | TableFollower]]:
+        """The app's outboxes and table followers, each run by one worker: the first (under `--workers N`)."""
         if self._index != 0:
-            return {}
-        return {name: OutboxPoller(name, self.config, self._clients, partition_counts, self.counters, self._limits)
-                for name in self.config.outboxes}  # fmt: skip
+            return []
+        shared = (self.config, self._clients, partition_counts, self.counters, self._limits)
+        return [
+            *((f"the outbox poller '{name}'", OutboxPoller(name, *shared)) for name in self.config.outboxes),
+            *((f"the table follower '{name}'", TableFollower(name, *shared)) for name in self.config.table_followers),
+        ]
 
     async def _supervised(self, what: str, work: Coroutine[Any, Any, None]) -> None:
         try:

@@ -9,6 +9,7 @@ import datetime
 import json
 import random
 import signal
+import tempfile
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -18,6 +19,7 @@ import asyncpg
 import pytest
 
 from runtime.config import parse_app
+from runtime.devpostgres.server import LocalPostgres
 from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
 from tests.support.kafka_helpers import read_topic
@@ -201,3 +203,38 @@ def test_a_settled_row_waits_for_an_earlier_id_that_has_not_settled(
     early, late = asyncio.run(scenario())
     assert early == []  # id 2 has settled, but id 1 comes first and has not
     assert [json.loads(r.value)["n"] for r in late] == [1, 2]
+
+
+def test_a_database_that_goes_away_is_waited_for_and_no_row_is_lost_or_shipped_twice(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    home = Path(tempfile.mkdtemp(prefix="kafka-actor-runtime-tests-"))
+    server = LocalPostgres(home / "data")
+    server.start()
+    try:
+        table = asyncio.run(create_outbox(server.url))
+        app = outbox_app(topic_name, server.url, table, 200, tmp_path / "state")
+        events = next(iter(app["topics"]))
+
+        async def scenario() -> list[Any]:
+            worker = Worker(parse_app(app), kafka_bootstrap)
+            running = asyncio.create_task(worker.run())
+            await write_orders(server.url, table, 0, 100)
+            await asyncio.sleep(1.0)
+            await asyncio.to_thread(server.stop)  # the poller's reads fail now, and are retried
+            await asyncio.sleep(2.0)
+            await asyncio.to_thread(server.start)
+            await write_orders(server.url, table, 100, 100)
+            for _ in range(100):
+                if len(await shipped(kafka_bootstrap, events)) >= 200:
+                    break
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(1.0)
+            worker.stop()
+            await running
+            return await shipped(kafka_bootstrap, events)
+
+        records = asyncio.run(scenario())
+        check_each_once_in_order(records, asyncio.run(ids_by_number(server.url, table)))
+    finally:
+        server.wipe()

@@ -3,6 +3,8 @@
 Starts (or reuses) a local Kafka broker, produces payments, runs the payments app until it has
 caught up, then reads its outputs back and checks that every payment of this run came out on the
 topic it belongs to, and that each account's totals grew by exactly the valid payments of this run.
+Then runs totals_to_postgres.yaml, which writes the totals to PostgreSQL (DATABASE_URL, else the
+local development PostgreSQL, started here) exactly once, and checks the table against the topic.
 Topics and state outlive a run in the dev broker, so only what this run added counts: output end
 offsets and the accounts' totals are recorded before producing, and payment ids are new each run.
 """
@@ -22,11 +24,12 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import msgpack
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from examples.broker import kafka
+from examples.broker import database, kafka
 from examples.payments.generate import INVALID, POISON, VALID, Payment, make_payments, produce_payments
 from runtime.config import AppConfig, load_app
 
@@ -34,6 +37,9 @@ ROOT = Path(__file__).resolve().parents[2]
 APP_YAML = Path("examples/payments/app.yaml")  # relative to ROOT, as a user would type it
 INPUT, VALID_TOPIC, REJECTED_TOPIC = "payments", "payments-valid", "payments-rejected"
 TOTALS_TOPIC = "account-totals"
+TO_POSTGRES_YAML = Path("examples/payments/totals_to_postgres.yaml")  # the totals into PostgreSQL
+ACCOUNT_TOTALS = ("CREATE TABLE IF NOT EXISTS account_totals "
+                  "(account text PRIMARY KEY, payments bigint NOT NULL, totals jsonb NOT NULL)")  # fmt: skip
 TOPIC_EXISTS = 36
 SETTLE_S = 30.0  # the longest the commit markers of an exited app's last transactions are waited for
 MAX_PASSES = 4  # --until-caught-up runs; one more than the app's stages is always enough
@@ -295,6 +301,37 @@ def money(totals: Mapping[str, int]) -> str:
     return ", ".join(f"{currency} {minor // 100:,}.{minor % 100:02d}" for currency, minor in sorted(totals.items()))
 
 
+def totals_in_postgres(bootstrap: str, latest: Mapping[str, Totals], timeout_s: float) -> list[str]:
+    """The totals written to PostgreSQL by totals_to_postgres.yaml, run until it caught up: the same as the
+    topic's latest of each account; what differs."""
+
+    async def table() -> dict[str, Totals]:
+        connection = await asyncpg.connect(os.environ["DATABASE_URL"])
+        try:
+            await connection.execute(ACCOUNT_TOTALS)
+            rows = await connection.fetch("SELECT * FROM account_totals WHERE account = any($1)", list(latest))
+            return {row["account"]: {"count": row["payments"], "totals": json.loads(row["totals"])} for row in rows}
+        finally:
+            await connection.close()
+
+    asyncio.run(table())
+    command = [sys.executable, "-m", "runtime", str(TO_POSTGRES_YAML), "--until-caught-up"]
+    print(f"writing the totals to PostgreSQL: {' '.join(['python', *command[1:]])}", flush=True)
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap}
+    done = subprocess.run(command, cwd=ROOT, env=env, timeout=timeout_s, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return [
+            f"writing the totals to PostgreSQL exited with {done.returncode}:\n{(done.stdout + done.stderr)[-3000:]}"
+        ]
+    written = asyncio.run(table())
+    print(f"  {'account_totals (PostgreSQL)':<34}{len(written):>9,} accounts")
+    wrong = sorted(account for account in latest if written.get(account) != latest[account])
+    if wrong:
+        return [f"{len(wrong):,} accounts' totals in PostgreSQL differ from {TOTALS_TOPIC}, e.g. {wrong[0]}: "
+                f"{written.get(wrong[0])} for {latest[wrong[0]]}"]  # fmt: skip
+    return []
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m examples.payments.run",
@@ -310,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
 
     config = load_app(ROOT / APP_YAML)
-    with kafka(args.keep_broker) as bootstrap:
+    with kafka(args.keep_broker) as bootstrap, database(args.keep_broker):
         return demo(config, bootstrap, args.count, args.invalid_ratio, args.poison_ratio, seed, args.timeout)
 
 
@@ -386,12 +423,14 @@ def demo(
             )
 
     problems = check(expected, found) + check_totals(added, before_totals, after_totals)
+    if not problems:
+        problems = totals_in_postgres(bootstrap, {account: after_totals[account] for account in added}, timeout_s)
     if problems:
         print("FAILED:", *problems, sep="\n  ", file=sys.stderr)
         return 1
     print(
         f"OK: each of the {count:,} payments came out on the topic it belongs to, and the totals of "
-        f"{len(added):,} accounts grew by exactly their valid payments"
+        f"{len(added):,} accounts grew by exactly their valid payments, in {TOTALS_TOPIC} and in PostgreSQL"
     )
     return 0
 

@@ -1,5 +1,5 @@
 # The two commands of the README: `make example` and `make test`.
-.PHONY: setup example example-minutes example-sessions example-cdc example-enrichment example-merchants example-orders test test-jaeger lint unit bench clean
+.PHONY: setup example example-minutes example-sessions example-cdc example-enrichment example-merchants example-orders example-acquirers-db test test-jaeger lint unit bench clean
 
 setup:
 	./scripts/setup.sh
@@ -29,6 +29,10 @@ example-merchants: setup
 # Seed 002: orders written with their outbox rows in PostgreSQL, shipped to Kafka, totals written back (examples/orders/).
 example-orders: setup
 	.venv/bin/python -m examples.orders.run
+
+# Seed 000 from a real database: the acquirers' reference table followed from PostgreSQL (examples/acquirers/).
+example-acquirers-db: setup
+	.venv/bin/python -m examples.acquirers.from_postgres
 
 lint: setup
 	.venv/bin/ruff check .

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pytest
 import yaml
 
+from examples.acquirers import from_postgres
 from examples.acquirers.generate import Payment, Terminal, change_terminals, make_payments, make_terminals, table
 from runtime.config import parse_app
 from runtime.worker.worker import Worker
@@ -116,3 +118,11 @@ def test_the_global_store_follows_the_table_in_postgresql(
     latest = {r.key.decode(): json.loads(r.value) for r in rows}
     assert {t: (v["acquirerId"] if v["isActive"] else None) for t, v in latest.items()} == table([*terminals, *changed])
     assert set(latest[terminals[0].terminal_id]) == set(FIELDS)
+
+
+def test_the_acquirers_example_runs_from_postgresql(
+    kafka_bootstrap: str, postgres_url: str, topic_name: TopicNamer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", postgres_url)
+    path = renamed(from_postgres.APP_YAML, topic_name, tmp_path / "state", ("routes", "unrouted"))
+    assert from_postgres.demo(path, kafka_bootstrap, 300, 500, seed=4, timeout_s=120) == []

@@ -15,7 +15,7 @@ from tests.conftest import TopicNamer
 def renamed(app_yaml: Path, topic_name: TopicNamer, state_dir: Path, param_topics: tuple[str, ...] = ()) -> Path:
     """The example's YAML rewritten into `state_dir`'s parent: every topic renamed where the processors name
     it (inputs, broadcast, outputs, tables, and the params fields `param_topics`: a topic, or a mapping
-    to topics) and where global stores and outboxes do; returns its path."""
+    to topics) and where global stores, outboxes and table followers do; returns its path."""
     app: dict[str, Any] = yaml.safe_load((ROOT / app_yaml).read_text())
     names = {topic: topic_name(topic) for topic in app["topics"]}
     app["app_id"] = topic_name("app")
@@ -32,7 +32,8 @@ def renamed(app_yaml: Path, topic_name: TopicNamer, state_dir: Path, param_topic
                 params[field] = {name: names[topic] for name, topic in params[field].items()}
             elif field in params:
                 params[field] = names[params[field]]
-    for store in [*app.get("global_stores", {}).values(), *app.get("outboxes", {}).values()]:
+    sources = [*app.get("outboxes", {}).values(), *app.get("table_followers", {}).values()]
+    for store in [*app.get("global_stores", {}).values(), *sources]:
         if "topic" in store:
             store["topic"] = names[store["topic"]]
     app["state_dir"] = str(state_dir)

@@ -15,11 +15,8 @@ that has not settled yet. docs/databases.md describes the alternative that needs
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
-import logging
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,14 +26,12 @@ from runtime.config import AppConfig, ConfigError
 from runtime.counters import Counters
 from runtime.kafka.connection import Clients
 from runtime.kafka.record_limits import Limits
-from sources.database import Database
 from sources.outbox.config import OutboxConfig
-from sources.shipper import Shipped, Shipper
+from sources.polling import PollingSource
+from sources.shipper import Shipped
 
-log = logging.getLogger(__name__)
 
-
-class OutboxPoller:
+class OutboxPoller(PollingSource):
     def __init__(
         self,
         name: str,
@@ -46,29 +41,15 @@ class OutboxPoller:
         counters: Counters,
         limits: Limits,
     ):
-        self.name = name
         self.spec: OutboxConfig = app.outboxes[name]
-        self.shipped = 0
-        dsn = self.spec.dsn or os.environ.get("DATABASE_URL")
-        if not dsn:
-            raise ConfigError(f"outboxes.{name}.dsn is not set and neither is DATABASE_URL")
-        self._database = Database(dsn, f"outbox {name}")
-        self._shipper = Shipper(name, app.outbox_position_topic(name), f"{app.app_id}-outbox-{name}", clients,
-                                partition_counts, counters, limits, app.transaction_timeout_ms)  # fmt: skip
+        spec = self.spec
+        position = app.outbox_position_topic(name)
+        super().__init__(name, "outboxes", position, spec.dsn, spec.batch_size, spec.poll_interval_ms, app, clients,
+                         partition_counts, counters, limits)  # fmt: skip
         self._text_ids = False
 
-    async def run(self) -> None:
-        """Ship rows as they settle, until cancelled (a transaction cut off is aborted by the next start)."""
-        await self._shipper.start()
-        try:
-            self._text_ids = await self._database.run(self._ids_are_text)
-            log.info("outbox %s: shipping %s after id %s", self.name, self.spec.table, self._shipper.position)
-            while True:
-                if await self._ship_batch() < self.spec.batch_size:
-                    await asyncio.sleep(self.spec.poll_interval_ms / 1000)
-        finally:
-            self._database.close()
-            await asyncio.shield(self._shipper.stop())
+    async def _prepare(self, connection: asyncpg.Connection) -> None:
+        self._text_ids = await self._ids_are_text(connection)
 
     async def _ship_batch(self) -> int:
         """One batch of settled rows and its last id in one Kafka transaction; how many were shipped."""

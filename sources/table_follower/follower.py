@@ -13,13 +13,10 @@ handed out in commit order.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import decimal
 import itertools
 import json
-import logging
-import os
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -31,14 +28,12 @@ from runtime.counters import Counters
 from runtime.kafka.connection import Clients
 from runtime.kafka.record_limits import Limits
 from runtime.kafka.topic_serdes import serde_for
-from sources.database import Database
-from sources.shipper import Shipped, Shipper
+from sources.polling import PollingSource
+from sources.shipper import Shipped
 from sources.table_follower.config import TableFollowerConfig
 
-log = logging.getLogger(__name__)
 
-
-class TableFollower:
+class TableFollower(PollingSource):
     def __init__(
         self,
         name: str,
@@ -48,33 +43,18 @@ class TableFollower:
         counters: Counters,
         limits: Limits,
     ):
-        self.name = name
         self.spec: TableFollowerConfig = app.table_followers[name]
-        self.shipped = 0
-        dsn = self.spec.dsn or os.environ.get("DATABASE_URL")
-        if not dsn:
-            raise ConfigError(f"table_followers.{name}.dsn is not set and neither is DATABASE_URL")
-        topic = app.topics[self.spec.topic]
-        self._key_serde = serde_for(topic.key_serde, self.spec.topic, "key", topic.key_schema, None)
-        self._value_serde = serde_for(topic.value_serde, self.spec.topic, "value", topic.value_schema, None)
-        self._database = Database(dsn, f"table follower {name}")
-        self._shipper = Shipper(name, app.follower_position_topic(name), f"{app.app_id}-follower-{name}", clients,
-                                partition_counts, counters, limits, app.transaction_timeout_ms)  # fmt: skip
+        spec = self.spec
+        position = app.follower_position_topic(name)
+        super().__init__(name, "table_followers", position, spec.dsn, spec.batch_size, spec.poll_interval_ms, app,
+                         clients, partition_counts, counters, limits)  # fmt: skip
+        topic = app.topics[spec.topic]
+        self._key_serde = serde_for(topic.key_serde, spec.topic, "key", topic.key_schema, None)
+        self._value_serde = serde_for(topic.value_serde, spec.topic, "value", topic.value_schema, None)
         self._types: tuple[str, str] = ("", "")  # of the version and key columns
 
-    async def run(self) -> None:
-        """Snapshot, then follow, until cancelled (a transaction cut off is aborted by the next start)."""
-        await self._shipper.start()
-        try:
-            self._types = await self._database.run(self._column_types)
-            log.info("table follower %s: %s from %s", self.name, self.spec.table,
-                     self._shipper.position or "the start (a snapshot)")  # fmt: skip
-            while True:
-                if await self._ship_batch() < self.spec.batch_size:
-                    await asyncio.sleep(self.spec.poll_interval_ms / 1000)
-        finally:
-            self._database.close()
-            await asyncio.shield(self._shipper.stop())
+    async def _prepare(self, connection: asyncpg.Connection) -> None:
+        self._types = await self._column_types(connection)
 
     async def _ship_batch(self) -> int:
         rows = await self._database.run(self._next_rows)

@@ -1,0 +1,71 @@
+"""What an outbox and a table follower share: a database table polled a batch at a time, each batch shipped
+with the position it reaches (sources/shipper.py), until cancelled. Cancelling is safe at any point: a
+Kafka transaction cut off is aborted when the source starts again, and it goes on from its position."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+
+import asyncpg
+
+from runtime.config import AppConfig, ConfigError
+from runtime.counters import Counters
+from runtime.kafka.connection import Clients
+from runtime.kafka.record_limits import Limits
+from sources.database import Database
+from sources.shipper import Shipper
+
+log = logging.getLogger(__name__)
+
+
+class PollingSource(ABC):
+    """`run` ships batches while there are; between them, it waits `poll_interval_ms`."""
+
+    def __init__(
+        self,
+        name: str,
+        section: str,  # the YAML's: "outboxes", "table_followers"
+        position_topic: str,  # <app_id>-<kind>-<name>-position, the shipper's transactional id without "-position"
+        dsn: str | None,
+        batch_size: int,
+        poll_interval_ms: int,
+        app: AppConfig,
+        clients: Clients,
+        partition_counts: Mapping[str, int],
+        counters: Counters,
+        limits: Limits,
+    ):
+        self.name = name
+        self.shipped = 0
+        found = dsn or os.environ.get("DATABASE_URL")
+        if not found:
+            raise ConfigError(f"{section}.{name}.dsn is not set and neither is DATABASE_URL")
+        self._what = f"{section}.{name}"
+        self._batch_size, self._pause_s = batch_size, poll_interval_ms / 1000
+        self._database = Database(found, self._what)
+        self._shipper = Shipper(name, position_topic, position_topic.removesuffix("-position"), clients,
+                                partition_counts, counters, limits, app.transaction_timeout_ms)  # fmt: skip
+
+    async def run(self) -> None:
+        await self._shipper.start()
+        try:
+            await self._database.run(self._prepare)
+            log.info("%s: shipping from %s", self._what, self._shipper.position or "the start")
+            while True:
+                if await self._ship_batch() < self._batch_size:
+                    await asyncio.sleep(self._pause_s)
+        finally:
+            self._database.close()
+            await asyncio.shield(self._shipper.stop())
+
+    @abstractmethod
+    async def _prepare(self, connection: asyncpg.Connection) -> None:
+        """Check the table once connected (a missing column is a ConfigError naming the YAML field)."""
+
+    @abstractmethod
+    async def _ship_batch(self) -> int:
+        """Ship the next batch, if there is one; how many records it held (0: none, or Kafka refused it)."""

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,7 +32,7 @@ from bench.app import RuntimeProcess
 from bench.broker import create_topics, delete_topics, kafka
 from bench.data import fill_topic, make_key, make_value
 from bench.stats import median, run_directory, write_result
-from runtime.devpostgres.server import LocalPostgres
+from runtime.devpostgres.server import throwaway
 
 COLUMNS = {"id": "value.id", "account": "key", "amount": "value.amount", "currency": "value.currency",
            "created": "value.ts"}  # fmt: skip
@@ -46,15 +44,9 @@ def postgres(url: str | None) -> Iterator[str]:
     if url:
         yield url
         return
-    home = Path(tempfile.mkdtemp(prefix="kafka-actor-runtime-bench-"))
-    server = LocalPostgres(home / "data")
     print("starting a local PostgreSQL ...", flush=True)
-    server.start()
-    try:
+    with throwaway() as server:
         yield server.url
-    finally:
-        server.stop()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 async def sql(url: str, statement: str) -> Any:

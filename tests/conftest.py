@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runtime.devkafka import LocalBroker
-from runtime.devpostgres.server import LocalPostgres
+from runtime.devpostgres.server import throwaway
 
 
 @pytest.fixture(scope="session")
@@ -44,14 +42,8 @@ def postgres_url() -> Iterator[str]:
     if configured:
         yield configured
         return
-    home = Path(tempfile.mkdtemp(prefix="kafka-actor-runtime-tests-"))
-    server = LocalPostgres(home / "data")
-    server.start()
-    try:
+    with throwaway() as server:
         yield server.url
-    finally:
-        server.stop()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 TopicNamer = Callable[[str], str]

@@ -9,11 +9,13 @@ data directory must be one that user can reach (`reachable_dir`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,3 +124,17 @@ class LocalPostgres:
         if user is not None:
             command = ["runuser", "-u", user, "--", *command]
         return subprocess.run(command, check=check, capture_output=True, text=True, cwd="/")
+
+
+@contextlib.contextmanager
+def throwaway() -> Iterator[LocalPostgres]:
+    """A cluster of its own, made and started for a test session or a benchmark, removed afterwards (under the
+    system's temporary directory, which the server's own user can reach when this runs as root)."""
+    home = Path(tempfile.mkdtemp(prefix="kafka-actor-runtime-postgres-"))
+    server = LocalPostgres(home / "data")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(home, ignore_errors=True)

@@ -9,7 +9,6 @@ import datetime
 import json
 import random
 import signal
-import tempfile
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -19,7 +18,7 @@ import asyncpg
 import pytest
 
 from runtime.config import parse_app
-from runtime.devpostgres.server import LocalPostgres
+from runtime.devpostgres.server import throwaway
 from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
 from tests.support.kafka_helpers import read_topic
@@ -208,10 +207,7 @@ def test_a_settled_row_waits_for_an_earlier_id_that_has_not_settled(
 def test_a_database_that_goes_away_is_waited_for_and_no_row_is_lost_or_shipped_twice(
     kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
 ) -> None:
-    home = Path(tempfile.mkdtemp(prefix="kafka-actor-runtime-tests-"))
-    server = LocalPostgres(home / "data")
-    server.start()
-    try:
+    with throwaway() as server:
         table = asyncio.run(create_outbox(server.url))
         app = outbox_app(topic_name, server.url, table, 200, tmp_path / "state")
         events = next(iter(app["topics"]))
@@ -236,5 +232,3 @@ def test_a_database_that_goes_away_is_waited_for_and_no_row_is_lost_or_shipped_t
 
         records = asyncio.run(scenario())
         check_each_once_in_order(records, asyncio.run(ids_by_number(server.url, table)))
-    finally:
-        server.wipe()

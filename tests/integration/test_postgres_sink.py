@@ -17,7 +17,7 @@ import msgpack
 import pytest
 
 from runtime.config import parse_app
-from runtime.devpostgres.server import LocalPostgres
+from runtime.devpostgres.server import throwaway
 from runtime.errors import StopAfterCommit
 from runtime.worker.worker import Worker
 from testkit import AppDriver
@@ -135,10 +135,7 @@ def test_a_value_its_column_cannot_take_is_a_poison_row_for_the_policy(postgres_
 
 
 def test_a_database_that_goes_away_is_waited_for_and_nothing_is_lost(tmp_path: Path) -> None:
-    home = Path(tempfile.mkdtemp(prefix="kafka-actor-runtime-tests-"))
-    server = LocalPostgres(home / "data")
-    server.start()
-    try:
+    with throwaway() as server:
         query(server.url, "CREATE TABLE payments_gone (id text, account text, amount bigint, seen timestamptz)")
         with AppDriver(sink_app(server.url, "payments_gone"), state_dir=tmp_path / "state") as driver:
             driver.pipe_all("payments", payments(50))
@@ -150,8 +147,6 @@ def test_a_database_that_goes_away_is_waited_for_and_nothing_is_lost(tmp_path: P
             assert driver.count("sink", "database_retries") >= 1
         rows = query(server.url, "SELECT count(*) AS rows, count(DISTINCT id) AS ids FROM payments_gone")
         assert (rows[0]["rows"], rows[0]["ids"]) == (100, 100)
-    finally:
-        server.wipe()
 
 
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])

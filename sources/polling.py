@@ -40,7 +40,6 @@ class PollingSource(ABC):
         limits: Limits,
     ):
         self.name = name
-        self.shipped = 0
         found = dsn or os.environ.get("DATABASE_URL")
         if not found:
             raise ConfigError(f"{section}.{name}.dsn is not set and neither is DATABASE_URL")

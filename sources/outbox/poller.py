@@ -65,7 +65,6 @@ class OutboxPoller(PollingSource):
             records.append((topic, _bytes(row["key"]), _bytes(row["value"]), _headers(row["headers"])))
         if not await self._shipper.ship(records, str(rows[-1]["id"])):
             return 0
-        self.shipped += len(rows)
         return len(rows)
 
     async def _settled_rows(self, connection: asyncpg.Connection) -> list[Any]:

@@ -65,7 +65,6 @@ class TableFollower(PollingSource):
         last = rows[-1]
         if not await self._shipper.ship(records, json.dumps([last["__version"], last["__key"]])):
             return 0
-        self.shipped += len(rows)
         return len(rows)
 
     def _value(self, row: Any) -> bytes | None:

@@ -232,3 +232,44 @@ def test_a_database_that_goes_away_is_waited_for_and_no_row_is_lost_or_shipped_t
 
         records = asyncio.run(scenario())
         check_each_once_in_order(records, asyncio.run(ids_by_number(server.url, table)))
+
+
+def test_text_ids_in_order_and_shipped_rows_deleted(
+    kafka_bootstrap: str, postgres_url: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    """ULIDs in a text column (they sort as they were made), and `delete_shipped`: each row shipped once, then gone."""
+    table = f"ulid_outbox_{uuid.uuid4().hex[:8]}"
+    app = outbox_app(topic_name, postgres_url, table, 0, tmp_path / "state")
+    app["outboxes"]["orders"]["delete_shipped"] = True
+    events = next(iter(app["topics"]))
+    ulids = sorted(f"01J{n:023d}" for n in range(300))  # 26 characters, in the order they are written
+
+    async def scenario() -> tuple[list[Any], int]:
+        connection = await asyncpg.connect(postgres_url)
+        try:
+            columns = ("id text PRIMARY KEY, aggregate text NOT NULL, payload jsonb NOT NULL, headers jsonb, "
+                       "created_at timestamptz DEFAULT clock_timestamp()")  # fmt: skip
+            await connection.execute(f"CREATE TABLE {table} ({columns})")
+            insert = f"INSERT INTO {table} (id, aggregate, payload) VALUES ($1, $2, $3)"
+            await connection.executemany(insert, [(u, f"order-{n % KEYS}", json.dumps({"n": n}))
+                                                  for n, u in enumerate(ulids[:150])])  # fmt: skip
+            worker = Worker(parse_app(app), kafka_bootstrap)
+            running = asyncio.create_task(worker.run())
+            await asyncio.sleep(2.0)
+            await connection.executemany(insert, [(u, f"order-{n % KEYS}", json.dumps({"n": n}))
+                                                  for n, u in enumerate(ulids[150:], start=150)])  # fmt: skip
+            for _ in range(100):
+                if len(await shipped(kafka_bootstrap, events)) >= 300:
+                    break
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(1.0)  # the next round deletes what the last one shipped
+            worker.stop()
+            await running
+            left = await connection.fetchval(f"SELECT count(*) FROM {table}")
+        finally:
+            await connection.close()
+        return await shipped(kafka_bootstrap, events), left
+
+    records, left = asyncio.run(scenario())
+    check_each_once_in_order(records, {n: n for n in range(300)})  # n is the order of its ULID
+    assert left == 0

@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "consume": ("runtime.commands.consume", "print a topic's records as JSON lines, decoded with its serdes"),
     "describe": ("runtime.commands.describe", "an app's topology: processors, topics, stores, internal topics"),
     "reset": ("runtime.commands.reset", "move an app's committed offsets; optionally delete its state"),
+    "replay": ("replay.cli", "one key's records (or a partition's) in a time range, from its partition only"),
 }
 
 

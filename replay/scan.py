@@ -12,6 +12,7 @@ window of the log, not the whole log).
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -56,12 +57,14 @@ class Replay:
 
 @dataclass
 class Progress:
-    """What a replay has done so far: records read, records that matched, and the offsets it spans."""
+    """What a replay has done so far: records read, records that matched, the offsets it spans, and the
+    seconds spent reading them (from the seek to the range's start)."""
 
     scanned: int = 0
     matched: int = 0
     first: int = 0
     end: int = 0
+    reading_s: float = 0.0
 
 
 async def replay(
@@ -69,7 +72,6 @@ async def replay(
 ) -> AsyncIterator[Any]:
     """The records of `what`, in offset order, as the consumer (started, in no group) reads them."""
     tp = TopicPartition(what.topic, what.partition_of(partitions))
-    consumer.assign([tp])
     beginning = (await consumer.beginning_offsets([tp]))[tp]
     end = (await consumer.end_offsets([tp]))[tp]
     start = beginning
@@ -80,14 +82,18 @@ async def replay(
     if start >= end:
         await _check_not_gone(consumer, tp, what, beginning, end)
         return
+    # Assigned only now, and sought at once: a fetch from where an assignment alone starts would be
+    # waited for (up to fetch_max_wait_ms), then thrown away.
+    consumer.assign([tp])
     consumer.seek(tp, start)
+    reading = time.monotonic()
     first = True
     while await consumer.position(tp) < end:
         for record in (await consumer.getmany(tp, timeout_ms=FETCH_MS)).get(tp, []):
             if record.offset >= end or (what.end_ms is not None and record.timestamp >= what.end_ms):
                 if first and start == beginning:  # the oldest record the partition holds is already past the range
                     await _check_not_gone(consumer, tp, what, beginning, end, record.timestamp)
-                _report(progress, done)
+                _report(progress, done, reading)
                 return
             first = False
             done.scanned += 1
@@ -96,11 +102,12 @@ async def replay(
             ):
                 done.matched += 1
                 yield record
-        _report(progress, done)
-    _report(progress, done)
+        _report(progress, done, reading)
+    _report(progress, done, reading)
 
 
-def _report(progress: Callable[[Progress], None] | None, done: Progress) -> None:
+def _report(progress: Callable[[Progress], None] | None, done: Progress, reading: float) -> None:
+    done.reading_s = time.monotonic() - reading
     if progress is not None:
         progress(done)
 
@@ -115,6 +122,7 @@ async def _check_not_gone(
         if beginning >= end:
             raise RangeGone(f"{tp.topic}[{tp.partition}] holds no records any more (retention deleted "
                             f"offsets 0 to {beginning - 1})")  # fmt: skip
+        consumer.assign([tp])
         consumer.seek(tp, beginning)
         batch = (await consumer.getmany(tp, timeout_ms=FETCH_MS, max_records=1)).get(tp, [])
         oldest = batch[0].timestamp if batch else None

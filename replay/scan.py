@@ -97,9 +97,7 @@ async def replay(
                 return
             first = False
             done.scanned += 1
-            if (what.key is None or record.key == what.key) and (
-                what.start_ms is None or record.timestamp >= what.start_ms
-            ):
+            if what.matches(record):
                 done.matched += 1
                 yield record
         _report(progress, done, reading)

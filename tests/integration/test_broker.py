@@ -24,7 +24,11 @@ async def test_aiokafka_transactions_against_real_broker(kafka_bootstrap: str, t
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"cleanup.policy": "compact"})])
-        described = await admin.describe_configs([_topic_resource(topic)])
+        for _ in range(50):  # a topic created a moment ago can be unknown to the broker's metadata for a while
+            described = await admin.describe_configs([_topic_resource(topic)])
+            if _config_pairs(described):
+                break
+            await asyncio.sleep(0.1)
         assert ("cleanup.policy", "compact") in _config_pairs(described)
     finally:
         await admin.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any, TextIO
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from processors.serdes import Serde
+from replay.keys import KeyNotEncodable, encoded_key
 from replay.scan import Progress as Done
 from replay.scan import RangeGone, Replay, replay
 from runtime.commands.cluster import Cluster, CommandFailed, add_app_option, connect
@@ -36,23 +35,13 @@ examples:
 """
 
 
-def key_bytes(serde: Serde, raw: bool, text: str) -> bytes:
-    """KEY as its topic holds it: text for a str or bytes key, JSON for the rest."""
-    if raw:
-        return text.encode()
-    try:
-        return serde.serialize(text)
-    except Exception:  # a key serde that takes structured keys: the text is JSON
-        try:
-            return serde.serialize(json.loads(text))
-        except (ValueError, TypeError) as error:
-            raise CommandFailed(f"the topic's key serde cannot encode '{text}' ({error})") from None
-
-
 async def replay_command(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
     partitions = await cluster.partitions(args.topic)
     serdes = topic_serdes(cluster.app, args.topic, args.key_serde, args.value_serde)
-    key = None if args.key is None else key_bytes(serdes.key, serdes.raw_key, args.key)
+    try:
+        key = None if args.key is None else encoded_key(serdes.key, serdes.raw_key, args.key)
+    except KeyNotEncodable as error:
+        raise CommandFailed(str(error)) from None
     what = Replay(args.topic, key, args.partition, args.start, args.end)
     try:
         partition = what.partition_of(partitions)

@@ -8,13 +8,16 @@ comes first. Producers set timestamps, so they can go back and forth within a pa
 between those bounds whose timestamp lies outside the range is left out, and one inside the range that
 a producer wrote after a record past its end is not reached (the seed's own trade-off: a replay reads a
 window of the log, not the whole log).
+
+`locate` fixes where a replay reads (its `Span`), `scan` reads it a fetch at a time from any offset in it
+(a replay job goes on from the offset it recorded), and `replay` is the two together, a record at a time.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -55,6 +58,27 @@ class Replay:
         return partition_for(self.key, partitions)
 
 
+@dataclass(frozen=True)
+class Span:
+    """Where a replay reads: `partition` from offset `start` up to `end` (the end offset when it was
+    located), `beginning` being the partition's oldest offset then."""
+
+    partition: int
+    beginning: int
+    start: int
+    end: int
+
+
+@dataclass
+class Batch:
+    """What one fetch gave: the records that matched, how many were read, and where reading goes on."""
+
+    matched: list[Any] = field(default_factory=list)
+    scanned: int = 0
+    next_offset: int = 0
+    done: bool = False
+
+
 @dataclass
 class Progress:
     """What a replay has done so far: records read, records that matched, the offsets it spans, and the
@@ -67,10 +91,8 @@ class Progress:
     reading_s: float = 0.0
 
 
-async def replay(
-    consumer: AIOKafkaConsumer, what: Replay, partitions: int, progress: Callable[[Progress], None] | None = None
-) -> AsyncIterator[Any]:
-    """The records of `what`, in offset order, as the consumer (started, in no group) reads them."""
+async def locate(consumer: AIOKafkaConsumer, what: Replay, partitions: int) -> Span:
+    """The partition of `what`, its first offset at or after the range's start, and its end offset now."""
     tp = TopicPartition(what.topic, what.partition_of(partitions))
     beginning = (await consumer.beginning_offsets([tp]))[tp]
     end = (await consumer.end_offsets([tp]))[tp]
@@ -78,52 +100,77 @@ async def replay(
     if what.start_ms is not None:
         found = (await consumer.offsets_for_times({tp: what.start_ms}))[tp]
         start = end if found is None else found.offset
-    done = Progress(first=start, end=end)
-    if start >= end:
-        await _check_not_gone(consumer, tp, what, beginning, end)
+    return Span(tp.partition, beginning, start, end)
+
+
+async def scan(consumer: AIOKafkaConsumer, what: Replay, span: Span, offset: int | None = None) -> AsyncIterator[Batch]:
+    """`span` read from `offset` (default: its start) a fetch at a time, the last batch marked `done`; a fetch
+    that brings nothing is an empty batch, so that its reader can do what it must between two."""
+    tp = TopicPartition(what.topic, span.partition)
+    position = span.start if offset is None else offset
+    if position >= span.end:
+        if offset is None:
+            await _check_not_gone(consumer, tp, what, span)
+        yield Batch(next_offset=position, done=True)
         return
     # Assigned only now, and sought at once: a fetch from where an assignment alone starts would be
     # waited for (up to fetch_max_wait_ms), then thrown away.
     consumer.assign([tp])
-    consumer.seek(tp, start)
-    reading = time.monotonic()
-    first = True
-    while await consumer.position(tp) < end:
+    consumer.seek(tp, position)
+    fresh = offset is None or offset == span.start
+    while True:
+        batch = Batch(next_offset=position)
         for record in (await consumer.getmany(tp, timeout_ms=FETCH_MS)).get(tp, []):
-            if record.offset >= end or (what.end_ms is not None and record.timestamp >= what.end_ms):
-                if first and start == beginning:  # the oldest record the partition holds is already past the range
-                    await _check_not_gone(consumer, tp, what, beginning, end, record.timestamp)
-                _report(progress, done, reading)
+            if record.offset >= span.end or (what.end_ms is not None and record.timestamp >= what.end_ms):
+                if fresh and position == span.beginning:  # the oldest record the partition holds is past the range
+                    await _check_not_gone(consumer, tp, what, span, record.timestamp)
+                batch.done = True
+                yield batch
                 return
-            first = False
-            done.scanned += 1
+            fresh = False
+            batch.scanned += 1
+            position = batch.next_offset = record.offset + 1
             if what.matches(record):
-                done.matched += 1
-                yield record
-        _report(progress, done, reading)
-    _report(progress, done, reading)
+                batch.matched.append(record)
+        batch.done = position >= span.end
+        yield batch
+        if batch.done:
+            return
 
 
-def _report(progress: Callable[[Progress], None] | None, done: Progress, reading: float) -> None:
-    done.reading_s = time.monotonic() - reading
-    if progress is not None:
-        progress(done)
+async def replay(
+    consumer: AIOKafkaConsumer, what: Replay, partitions: int, progress: Callable[[Progress], None] | None = None
+) -> AsyncIterator[Any]:
+    """The records of `what`, in offset order, as the consumer (started, in no group) reads them."""
+    span = await locate(consumer, what, partitions)
+    done = Progress(first=span.start, end=span.end)
+    reading = time.monotonic()
+    async for batch in scan(consumer, what, span):
+        for record in batch.matched:
+            yield record
+        done.scanned += batch.scanned
+        done.matched += len(batch.matched)
+        done.reading_s = time.monotonic() - reading
+        if progress is not None:
+            progress(done)
 
 
 async def _check_not_gone(
-    consumer: AIOKafkaConsumer, tp: TopicPartition, what: Replay, beginning: int, end: int, oldest: int | None = None
+    consumer: AIOKafkaConsumer, tp: TopicPartition, what: Replay, span: Span, oldest: int | None = None
 ) -> None:
     """Nothing in the range: say so plainly when that is because retention deleted it."""
-    if beginning == 0 or what.end_ms is None:
+    if span.beginning == 0 or what.end_ms is None:
         return
     if oldest is None:
-        if beginning >= end:
+        if span.beginning >= span.end:
             raise RangeGone(f"{tp.topic}[{tp.partition}] holds no records any more (retention deleted "
-                            f"offsets 0 to {beginning - 1})")  # fmt: skip
+                            f"offsets 0 to {span.beginning - 1})")  # fmt: skip
         consumer.assign([tp])
-        consumer.seek(tp, beginning)
+        consumer.seek(tp, span.beginning)
         batch = (await consumer.getmany(tp, timeout_ms=FETCH_MS, max_records=1)).get(tp, [])
         oldest = batch[0].timestamp if batch else None
     if oldest is not None and what.end_ms <= oldest:
-        raise RangeGone(f"the range ends before the oldest record {tp.topic}[{tp.partition}] still holds "
-                        f"(offset {beginning}, timestamp {oldest}): retention deleted what it covered")  # fmt: skip
+        raise RangeGone(
+            f"the range ends before the oldest record {tp.topic}[{tp.partition}] still holds "
+            f"(offset {span.beginning}, timestamp {oldest}): retention deleted what it covered"
+        )

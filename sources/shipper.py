@@ -16,18 +16,17 @@ from collections.abc import Mapping, Sequence
 
 from aiokafka import TopicPartition
 from aiokafka.admin import NewTopic
-from aiokafka.errors import KafkaError, ProducerFenced, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, ProducerFenced
 
-from runtime.config import ConfigError
 from runtime.counters import Counters
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.outputs import HeaderList, Outputs
 from runtime.kafka.record_limits import Limits
+from runtime.kafka.topics import ensure_internal_topics
 
 log = logging.getLogger(__name__)
 
-TOPIC_EXISTS = 36
-Shipped = tuple[str, bytes | None, bytes | None, HeaderList]  # topic, key, value, headers
+Shipped = tuple[str, bytes | None, bytes | None, HeaderList, int | None]  # topic, key, value, headers, timestamp
 
 
 class Shipper:
@@ -72,12 +71,13 @@ class Shipper:
         aborted: ship them again). Being fenced raises."""
         await self._producer.begin_transaction()
         try:
-            for topic, key, value, headers in records:
-                self._outputs.append(topic, key, value, headers)
+            for topic, key, value, headers, timestamp_ms in records:
+                self._outputs.append(topic, key, value, headers, timestamp_ms=timestamp_ms)
             self._outputs.append(self.position_topic, self.name.encode(), position.encode(), partition=0)
             await self._outputs.wait_acked()
             await self._producer.commit_transaction()
         except ProducerFenced:
+            self._outputs.discard()
             raise
         except KafkaError as error:
             log.warning("%s: shipping %d records failed (%r); aborted, to be shipped again", self.name, len(records),
@@ -110,11 +110,7 @@ class Shipper:
         admin = self._clients.admin()
         await start_with_retries("admin client", self._clients.bootstrap_servers, admin.start)
         try:
-            topic = NewTopic(self.position_topic, 1, 1, topic_configs={"cleanup.policy": "compact"})
-            with contextlib.suppress(TopicAlreadyExistsError):
-                response = await admin.create_topics([topic])
-                for name, code, message in response.topic_errors:
-                    if code not in (0, TOPIC_EXISTS):
-                        raise ConfigError(f"position topic {name} could not be created: {message}")
+            compacted = NewTopic(self.position_topic, 1, 1, topic_configs={"cleanup.policy": "compact"})
+            await ensure_internal_topics(admin, [compacted])
         finally:
             await admin.close()

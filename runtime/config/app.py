@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
+from replay.jobs.config import ReplayJobsConfig
 from runtime.config.common import MAX_TRANSACTION_TIMEOUT_MS, NAME, Strict, derived_topic, valid_topic_name
 from runtime.config.kafka import KafkaConfig
 from runtime.config.processors import ProcessorConfig
@@ -77,6 +78,7 @@ class AppConfig(Strict):
     schema_registry: SchemaRegistryConfig | None = None
     outboxes: dict[str, OutboxConfig] = Field(default_factory=dict)  # database tables shipped to Kafka
     table_followers: dict[str, TableFollowerConfig] = Field(default_factory=dict)  # tables into compacted topics
+    replay_jobs: ReplayJobsConfig = Field(default_factory=ReplayJobsConfig)  # `python -m runtime replay-jobs`
 
     @field_validator("app_id")
     @classmethod
@@ -217,6 +219,13 @@ class AppConfig(Strict):
     def outbox_position_topic(self, outbox: str) -> str:
         """Where the outbox's poller keeps the last id it shipped (compacted; one partition)."""
         return f"{self.app_id}-outbox-{outbox}-position"
+
+    def replay_requests_topic(self) -> str:
+        return self.replay_jobs.requests_topic or f"{self.app_id}-replay-requests"
+
+    def replay_jobs_topic(self) -> str:
+        """Every replay job's latest state (compacted; one partition)."""
+        return self.replay_jobs.jobs_topic or f"{self.app_id}-replay-jobs"
 
     def follower_position_topic(self, follower: str) -> str:
         """Where the table follower keeps the (version, key) it reached (compacted; one partition)."""

@@ -198,7 +198,11 @@ class Outputs:
         self._inflight = [sent for sent in self._inflight if not sent.future.done() or self._failed(sent)]
 
     def discard(self) -> None:
-        """Drop batches not yet handed to the producer, and forget those sent (their transaction aborted)."""
+        """Drop batches not yet handed to the producer, and forget those sent (their transaction aborted),
+        failures included."""
+        for sent in self._inflight:
+            if sent.future.done() and not sent.future.cancelled():
+                sent.future.exception()
         self._full, self._open, self._inflight = deque(), {}, []
 
     def _acked(self, topic: str, partition: int, count: int, future: asyncio.Future[Any]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -152,6 +152,22 @@ async def _ensure_declared(admin: AIOKafkaAdminClient, config: AppConfig) -> dic
                 f"(same number of partitions), but the broker has {actual}"
             )
     return counts
+
+
+async def ensure_internal_topics(admin: AIOKafkaAdminClient, wanted: Sequence[NewTopic]) -> dict[str, int]:
+    """Create those of `wanted` (topics of the runtime's own, not declared by the app) that do not exist;
+    every one's partition count."""
+    names = sorted(topic.name for topic in wanted)
+    existing = await describe_partitions(admin, names)
+    missing = [topic for topic in wanted if topic.name not in existing]
+    if missing:
+        response = await admin.create_topics(missing)
+        for topic, code, message in response.topic_errors:
+            if code not in (0, TOPIC_EXISTS):
+                raise ConfigError(f"topic {topic} could not be created: {message} (error {code})")
+            if code == 0:
+                log.info("created topic %s", topic)
+    return await _wait_for_partitions(admin, names)
 
 
 async def _wait_for_partitions(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:

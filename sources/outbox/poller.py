@@ -62,7 +62,7 @@ class OutboxPoller(PollingSource):
             if not self._shipper.knows(topic):
                 raise ConfigError(f"outboxes.{self.name}: row {row['id']!r} names topic '{topic}', which is not "
                                   "declared under topics")  # fmt: skip
-            records.append((topic, _bytes(row["key"]), _bytes(row["value"]), _headers(row["headers"])))
+            records.append((topic, _bytes(row["key"]), _bytes(row["value"]), _headers(row["headers"]), None))
         if not await self._shipper.ship(records, str(rows[-1]["id"])):
             return 0
         return len(rows)

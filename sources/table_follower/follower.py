@@ -61,7 +61,7 @@ class TableFollower(PollingSource):
         if not rows:
             return 0
         records: list[Shipped] = [(self.spec.topic, self._key_serde.serialize(row[self.spec.key_column]),
-                                   self._value(row), []) for row in rows]  # fmt: skip
+                                   self._value(row), [], None) for row in rows]  # fmt: skip
         last = rows[-1]
         if not await self._shipper.ship(records, json.dumps([last["__version"], last["__key"]])):
             return 0

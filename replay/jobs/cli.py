@@ -1,0 +1,163 @@
+"""`python -m runtime replay-jobs serve | request | list`: run replay jobs, ask for one, see where they stand."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import uuid
+from typing import Any
+
+from aiokafka import TopicPartition
+from rich.console import Console
+from rich.table import Table
+
+from replay.jobs.service import ReplayService, create_job_topics
+from replay.jobs.state import JobState, ReplayRequest, Status
+from runtime.commands.cluster import Cluster, CommandFailed, add_app_option, connect
+from runtime.commands.running import command_parser, run
+from runtime.commands.times import parse_time
+from runtime.config import AppConfig
+from runtime.kafka.connection import Clients
+
+EPILOG = """\
+The app YAML's `replay_jobs` section names the requests topic and the jobs topic (default
+<app_id>-replay-requests and <app_id>-replay-jobs) and how many jobs a worker runs at once. Start
+`serve` in as many processes as you like: they share the requests, and a job whose worker dies is
+taken over by another after `takeover_after_ms`, from the offset it reached. A job's records reach
+its target in transactions: read it with isolation_level read_committed.
+
+examples:
+  python -m runtime replay-jobs serve --app app.yaml
+  python -m runtime replay-jobs request activity --app app.yaml --key acc-0042 \\
+      --from 2026-11-20T10:00Z --to 2026-11-20T12:00Z --to-topic activity-replays --wait
+  python -m runtime replay-jobs list --app app.yaml
+"""
+
+
+async def serve(cluster: Cluster, worker: str | None) -> int:
+    service = ReplayService(_app(cluster), cluster.bootstrap_servers, worker)
+    running = asyncio.create_task(service.run())
+    loop = asyncio.get_running_loop()
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(stop, running.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await running
+    return 0
+
+
+async def request(cluster: Cluster, args: argparse.Namespace) -> int:
+    app = _app(cluster)
+    fields = {"id": args.id or uuid.uuid4().hex[:12], "topic": args.topic, "key": args.key, "partition": args.partition,
+              "from": args.start, "to": args.end, "target": args.to_topic}  # fmt: skip
+    try:
+        wanted = ReplayRequest.model_validate({name: value for name, value in fields.items() if value is not None})
+    except ValueError as error:
+        raise CommandFailed(str(error)) from None
+    await create_job_topics(Clients(app, cluster.bootstrap_servers), app)
+    producer = cluster.producer()
+    await producer.start()
+    try:
+        await producer.send_and_wait(app.replay_requests_topic(), wanted.encode(), key=wanted.id.encode())
+    finally:
+        await producer.stop()
+    print(f"requested replay job {wanted.id}", file=sys.stderr)
+    if not args.wait:
+        return 0
+    while True:
+        state = (await jobs(cluster, app)).get(wanted.id)
+        if state is not None and state.status.ended:
+            print(state.model_dump_json(exclude_defaults=True))
+            return 0 if state.status is Status.COMPLETED else 1
+        await asyncio.sleep(0.5)
+
+
+async def jobs(cluster: Cluster, app: AppConfig) -> dict[str, JobState]:
+    """Every job's latest state, read committed."""
+    consumer = cluster.consumer(group_id=None, isolation_level="read_committed")
+    await consumer.start()
+    found: dict[str, JobState] = {}
+    try:
+        tp = TopicPartition(app.replay_jobs_topic(), 0)
+        if tp.topic not in await consumer.topics():
+            return found
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        end = (await consumer.end_offsets([tp]))[tp]
+        while await consumer.position(tp) < end:
+            for record in (await consumer.getmany(tp, timeout_ms=500)).get(tp, []):
+                if record.value is not None:
+                    state = JobState.decode(record.value)
+                    found[state.id] = state
+    finally:
+        await consumer.stop()
+    return found
+
+
+async def list_jobs(cluster: Cluster, as_json: bool) -> int:
+    found = await jobs(cluster, _app(cluster))
+    if as_json:
+        for state in found.values():
+            print(state.model_dump_json(exclude_defaults=True))
+        return 0
+    table = Table("job", "status", "worker", "replays", "read", "matched", "reason")
+    for state in found.values():
+        table.add_row(state.id, state.status, state.owner or "", _what(state), f"{state.scanned:,}",
+                      f"{state.matched:,}", state.reason or "")  # fmt: skip
+    Console().print(table)
+    return 0
+
+
+def _what(state: JobState) -> str:
+    wanted = state.request
+    if wanted is None:
+        return ""
+    which = f"key {wanted.key}" if wanted.key is not None else f"partition {wanted.partition}"
+    return f"{wanted.topic} {which} → {wanted.target}"
+
+
+def _app(cluster: Cluster) -> AppConfig:
+    if cluster.app is None:
+        raise CommandFailed("give the app's YAML with --app: its replay_jobs section names the topics")
+    return cluster.app
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = command_parser("replay-jobs", "Run replay jobs, request one, or list them.", EPILOG)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serving = commands.add_parser("serve", help="run replay jobs until stopped")
+    serving.add_argument("--worker", help="this worker's name in the jobs' states (default: host-pid)")
+    serving.add_argument("--log-level", default="INFO")
+    asking = commands.add_parser("request", help="request a replay job")
+    asking.add_argument("topic")
+    which = asking.add_mutually_exclusive_group(required=True)
+    which.add_argument("--key", help="the key: its partition is read, and only its records are kept")
+    which.add_argument("--partition", type=int, metavar="P", help="every record of partition P in the range")
+    asking.add_argument("--from", dest="start", type=parse_time, metavar="TIME", help="ISO 8601")
+    asking.add_argument("--to", dest="end", type=parse_time, metavar="TIME", help="ISO 8601, not included")
+    asking.add_argument("--to-topic", required=True, metavar="TOPIC", help="where the job writes the records")
+    asking.add_argument("--id", help="the job's id (default: a new one); a request with a known id is dropped")
+    asking.add_argument("--wait", action="store_true", help="wait for the job to end and print its last state")
+    listing = commands.add_parser("list", help="every job's latest state")
+    listing.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    for sub in (serving, asking, listing):
+        add_app_option(sub, required=True)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+
+    def body() -> Any:
+        cluster = connect(args.app)
+        if args.command == "serve":
+            logging.getLogger().setLevel(args.log_level.upper())
+            return asyncio.run(serve(cluster, args.worker))
+        if args.command == "request":
+            return asyncio.run(request(cluster, args))
+        return asyncio.run(list_jobs(cluster, args.json))
+
+    return run(args.app, body)

@@ -1,0 +1,167 @@
+"""Replay jobs as a service against a real broker: requests become jobs once, a job replays exactly its
+records and completes, a bad request fails saying why, and a job whose worker is killed -9 is taken over
+from the offset it reached, its output holding every record once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from replay.jobs.cli import jobs
+from replay.jobs.state import JobState, Status
+from runtime.commands.cluster import connect
+from tests.conftest import TopicNamer
+from tests.integration.test_replay import KEYS, _iso, activity
+from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.running import REPO, SPAWNED, write_app
+
+HEARTBEAT_MS, TAKEOVER_MS = 200, 2_000
+RECORDS = 200_000  # of one partition, replayed whole: the job takes seconds, long enough to be killed in
+
+
+def service_app(tmp_path: Path, topic_name: TopicNamer, topics: dict[str, int], max_jobs: int = 2) -> Path:
+    app = {
+        "app_id": topic_name("replayer"),
+        "topics": {
+            name: {"partitions": count, "key_serde": "str", "value_serde": "bytes"} for name, count in topics.items()
+        },
+        "processors": [{"name": "echo", "class": "tests.support.apps:Echo", "inputs": [next(iter(topics))]}],
+        "replay_jobs": {"max_jobs": max_jobs, "heartbeat_ms": HEARTBEAT_MS, "takeover_after_ms": TAKEOVER_MS},
+    }
+    return write_app(tmp_path, app)
+
+
+def env(bootstrap: str) -> dict[str, str]:
+    return {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "PYTHONPATH": str(REPO)}
+
+
+def serve(app: Path, bootstrap: str, worker: str, log: Path) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "runtime", "replay-jobs", "serve", "--app", str(app), "--worker", worker]
+    process = subprocess.Popen(command, cwd=REPO, env=env(bootstrap), stdout=log.open("ab"), stderr=subprocess.STDOUT,
+                               start_new_session=True)  # fmt: skip
+    SPAWNED.append(process)
+    return process
+
+
+def command(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "runtime", "replay-jobs", *args], cwd=REPO, env=env(bootstrap),
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+
+def states(app: Path, bootstrap: str) -> dict[str, JobState]:
+    os.environ.setdefault("KAFKA_BOOTSTRAP_SERVERS", bootstrap)
+    return asyncio.run(jobs(connect(app), connect(app).app))  # type: ignore[arg-type]
+
+
+def wait_for(check: Any, timeout_s: float, what: str, seen: Any = lambda: "") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what} {seen()}")
+
+
+def test_a_job_replays_its_records_once_and_a_bad_request_fails_saying_why(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    topic, target = topic_name("activity"), topic_name("replays")
+    for name in (topic, target):
+        asyncio.run(create_topic(kafka_bootstrap, name, 3))
+    start = time.time_ns() // 1_000_000 - 3_600_000
+    written = asyncio.run(activity(kafka_bootstrap, topic, start))
+    app = service_app(tmp_path, topic_name, {topic: 3, target: 3})
+    serve(app, kafka_bootstrap, "w1", tmp_path / "w1.log")
+    key, begin, end = KEYS[5], start + 105_000, start + 405_000
+    expected = [t for k, t in written if k == key and begin <= t < end]
+    asked = ["request", topic, "--app", str(app), "--key", key, "--from", _iso(begin), "--to", _iso(end),
+             "--to-topic", target, "--id", "one-key", "--wait"]  # fmt: skip
+    done = command(kafka_bootstrap, *asked)
+    assert done.returncode == 0, done.stderr + (tmp_path / "w1.log").read_text()
+    final = JobState.decode(done.stdout)
+    assert (final.status, final.matched, final.owner) == (Status.COMPLETED, len(expected), "w1")
+    replayed = asyncio.run(read_topic(kafka_bootstrap, target))
+    assert [(r.key, r.timestamp) for r in replayed] == [(key.encode(), t) for t in expected]
+    # The same id again: a repeat, dropped; the output is left as it was.
+    again = command(kafka_bootstrap, *asked)
+    assert again.returncode == 0 and JobState.decode(again.stdout).status is Status.COMPLETED
+    assert len(asyncio.run(read_topic(kafka_bootstrap, target))) == len(expected)
+    # Requests that cannot be done end FAILED, each with its reason.
+    requests = topic_name("replayer") + "-replay-requests"
+    bad = [
+        (b"not-json", b"{oops"),
+        (b"no-topic", json.dumps({"topic": topic_name("missing"), "key": "a", "target": target}).encode()),
+        (b"no-partition", json.dumps({"topic": topic, "partition": 7, "target": target}).encode()),
+        (b"both", json.dumps({"topic": topic, "key": "a", "partition": 0, "target": target}).encode()),
+        (b"itself", json.dumps({"topic": topic, "key": "a", "target": topic}).encode()),
+    ]
+    asyncio.run(produce(kafka_bootstrap, requests, bad))
+    reasons = {
+        "not-json": "the request cannot be read: ",
+        "no-topic": "does not exist",
+        "no-partition": "has no partition 7 (it has 3)",
+        "both": "give either key or partition",
+        "itself": "the replay would never end",
+    }
+
+    def failed() -> dict[str, JobState] | None:
+        found = states(app, kafka_bootstrap)
+        ended = {name: found[name] for name in reasons if name in found and found[name].status.ended}
+        return ended if len(ended) == len(reasons) else None
+
+    ended = wait_for(failed, 30, "the bad requests to fail", lambda: f"{states(app, kafka_bootstrap)}")
+    for name, reason in reasons.items():
+        assert ended[name].status is Status.FAILED and reason in (ended[name].reason or ""), ended[name]
+    listed = command(kafka_bootstrap, "list", "--app", str(app), "--json")
+    assert listed.returncode == 0 and len(listed.stdout.splitlines()) == len(reasons) + 1
+
+
+def test_a_job_whose_worker_is_killed_is_taken_over_and_its_output_holds_each_record_once(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    topic, target = topic_name("activity"), topic_name("replays")
+    asyncio.run(create_topic(kafka_bootstrap, topic, 1))
+    asyncio.run(create_topic(kafka_bootstrap, target, 3))
+    records = [(f"acc-{n % 500:04d}".encode(), f"event-{n}".encode()) for n in range(RECORDS)]
+    asyncio.run(produce(kafka_bootstrap, topic, records, max_batch_size=1 << 20))
+    app = service_app(tmp_path, topic_name, {topic: 1, target: 3}, max_jobs=1)
+    workers = {name: serve(app, kafka_bootstrap, name, tmp_path / f"{name}.log") for name in ("w1", "w2")}
+    asked = command(kafka_bootstrap, "request", topic, "--app", str(app), "--partition", "0", "--to-topic", target,
+                    "--id", "whole")  # fmt: skip
+    assert asked.returncode == 0, asked.stderr
+
+    def under_way() -> JobState | None:
+        state = states(app, kafka_bootstrap).get("whole")
+        return state if state is not None and state.status is Status.ONGOING and state.matched > 0 else None
+
+    running = wait_for(under_way, 60, "the job to be under way")
+    assert running.owner in workers and running.matched < RECORDS, running
+    workers[running.owner].send_signal(signal.SIGKILL)
+    workers[running.owner].wait()
+    survivor = next(name for name in workers if name != running.owner)
+
+    def ended() -> JobState | None:
+        state = states(app, kafka_bootstrap).get("whole")
+        return state if state is not None and state.status.ended else None
+
+    final = wait_for(ended, 120, "the job to end")
+    log = (tmp_path / f"{survivor}.log").read_text()
+    assert (final.status, final.owner, final.matched, final.scanned) == (Status.COMPLETED, survivor, RECORDS, RECORDS)
+    assert "taking it over" in log
+    resumed = [int(line.split(" from offset ")[1].split()[0]) for line in log.splitlines() if " from offset " in line]
+    assert resumed and resumed[-1] >= running.next_offset > 0  # went on from where the killed worker had got to
+    replayed = asyncio.run(read_topic(kafka_bootstrap, target))
+    assert Counter((r.key, r.value) for r in replayed) == Counter(records)  # each once, none missing
+    by_key: dict[bytes, list[bytes]] = {}
+    for r in replayed:
+        by_key.setdefault(r.key, []).append(r.value)
+    assert all(values == [v for k, v in records if k == key] for key, values in by_key.items())  # in order

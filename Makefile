@@ -1,5 +1,5 @@
 # The two commands of the README: `make example` and `make test`.
-.PHONY: setup example example-minutes example-sessions example-cdc example-enrichment example-merchants example-orders example-acquirers-db test test-jaeger lint unit bench clean
+.PHONY: setup example example-minutes example-sessions example-cdc example-enrichment example-merchants example-orders example-acquirers-db example-replay test test-jaeger lint unit bench clean
 
 setup:
 	./scripts/setup.sh
@@ -33,6 +33,10 @@ example-orders: setup
 # Seed 000 from a real database: the acquirers' reference table followed from PostgreSQL (examples/acquirers/).
 example-acquirers-db: setup
 	.venv/bin/python -m examples.acquirers.from_postgres
+
+# Seed 003: five days of account activity replayed by key and time, by replay jobs through a kill -9, and made unique.
+example-replay: setup
+	.venv/bin/python -m examples.account_activity.run
 
 lint: setup
 	.venv/bin/ruff check .

@@ -103,10 +103,10 @@ async def list_jobs(cluster: Cluster, as_json: bool) -> int:
         for state in found.values():
             print(state.model_dump_json(exclude_defaults=True))
         return 0
-    table = Table("job", "status", "worker", "replays", "read", "matched", "reason")
+    table = Table("job", "status", "worker", "replays", "done", "read", "matched", "reason")
     for state in found.values():
-        table.add_row(state.id, state.status, state.owner or "", _what(state), f"{state.scanned:,}",
-                      f"{state.matched:,}", state.reason or "")  # fmt: skip
+        table.add_row(state.id, state.status, state.owner or "", _what(state), f"{state.share_read:.0%}",
+                      f"{state.scanned:,}", f"{state.matched:,}", state.reason or "")  # fmt: skip
     Console().print(table)
     return 0
 

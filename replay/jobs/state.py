@@ -94,6 +94,15 @@ class JobState(BaseModel):
     def decode(cls, data: bytes | str) -> JobState:
         return cls.model_validate_json(data)
 
+    @property
+    def share_read(self) -> float:
+        """How much of its span the job has read, from 0 (not started) to 1."""
+        if self.next_offset is None or self.start_offset is None or self.end_offset is None:
+            return 0.0
+        if self.end_offset <= self.start_offset:
+            return 1.0
+        return (self.next_offset - self.start_offset) / (self.end_offset - self.start_offset)
+
     def abandoned(self, now_ms: int, takeover_after_ms: int) -> bool:
         """Claimed, but its owner has not said it runs it for `takeover_after_ms`."""
         return self.status in (Status.STARTED, Status.ONGOING) and now_ms - self.heartbeat_ms >= takeover_after_ms

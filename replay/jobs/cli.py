@@ -41,9 +41,15 @@ examples:
 async def serve(cluster: Cluster, worker: str | None) -> int:
     service = ReplayService(_app(cluster), cluster.bootstrap_servers, worker)
     running = asyncio.create_task(service.run())
+
+    def stop() -> None:  # the first signal releases the jobs, a second one does not wait for that
+        if service.stopping:
+            running.cancel()
+        service.stop()
+
     loop = asyncio.get_running_loop()
-    for stop in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(stop, running.cancel)
+    for signal_number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signal_number, stop)
     with contextlib.suppress(asyncio.CancelledError):
         await running
     return 0

@@ -56,6 +56,7 @@ class Workplace:
     counters: Counters
     worker: str
     heartbeat_ms: int
+    stopping: asyncio.Event  # set: release the jobs at their next write, for another worker to go on with
 
 
 def now_ms() -> int:
@@ -118,11 +119,15 @@ class JobRunner:
                         "next_offset": batch.next_offset,
                     })  # fmt: skip
                     heartbeat_due = now_ms() - state.heartbeat_ms >= place.heartbeat_ms
-                    if batch.done or replayed or heartbeat_due:
-                        status = Status.COMPLETED if batch.done else Status.ONGOING
+                    releasing = place.stopping.is_set() and not batch.done
+                    if batch.done or replayed or heartbeat_due or releasing:
+                        status = Status.COMPLETED if batch.done else Status.OPEN if releasing else Status.ONGOING
                         state = state.model_copy(update={"status": status, "heartbeat_ms": now_ms()})
                         await _ship(shipper, replayed, state)
                         replayed = []
+                    if releasing:
+                        log.info("replay job %s: released at offset %d, for another worker", self.id, state.next_offset)
+                        return
             except RangeGone as error:
                 raise JobFailed(str(error)) from None
             except OutputsRefused as error:

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 TICK_S = 0.2
 RESTART_S = 1.0
+RELEASE_S = 10.0  # how long a stopping worker waits for its jobs to be released
 
 
 class ReplayService:
@@ -44,7 +45,17 @@ class ReplayService:
         self._running: dict[str, asyncio.Task[bool]] = {}
         self._open_since: dict[str, int] = {}  # when this worker may claim an OPEN job
         self._lost: dict[str, int] = {}  # when another worker took a job from this one
-        self._place = Workplace(config, self._clients, Counters(), self.worker, config.replay_jobs.heartbeat_ms)
+        self._place = Workplace(config, self._clients, Counters(), self.worker, config.replay_jobs.heartbeat_ms,
+                                asyncio.Event())  # fmt: skip
+
+    def stop(self) -> None:
+        """Claim no more jobs, release those running at their next write (OPEN again, with the offset
+        reached, for another worker to go on with at once), then return from `run`."""
+        self._place.stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._place.stopping.is_set()
 
     async def run(self) -> None:
         """Until cancelled."""
@@ -61,9 +72,11 @@ class ReplayService:
         log.info("replay jobs: worker %s takes requests from %s, at most %d jobs at once", self.worker,
                  self.config.replay_requests_topic(), self.config.replay_jobs.max_jobs)  # fmt: skip
         async with asyncio.TaskGroup() as group:
-            group.create_task(self.board.follow())
-            group.create_task(_restarted("the replay intake", intake.run))
-            group.create_task(self._schedule())
+            following = group.create_task(self.board.follow())
+            taking = group.create_task(_restarted("the replay intake", intake.run))
+            await self._schedule()
+            following.cancel()
+            taking.cancel()
 
     @property
     def running(self) -> set[str]:
@@ -72,7 +85,7 @@ class ReplayService:
 
     async def _schedule(self) -> None:
         try:
-            while True:
+            while not self._place.stopping.is_set():
                 self._forget_ended()
                 now = now_ms()
                 candidates = [state for state in self.board.jobs.values() if self._may_claim(state, now)]
@@ -84,6 +97,8 @@ class ReplayService:
                     runner = JobRunner(state, self._place)
                     self._running[state.id] = asyncio.create_task(runner.run(), name=f"replay job {state.id}")
                 await asyncio.sleep(TICK_S)
+            if self._running:
+                await asyncio.wait(self._running.values(), timeout=RELEASE_S)
         finally:
             for task in self._running.values():
                 task.cancel()

@@ -165,3 +165,41 @@ def test_a_job_whose_worker_is_killed_is_taken_over_and_its_output_holds_each_re
     for r in replayed:
         by_key.setdefault(r.key, []).append(r.value)
     assert all(values == [v for k, v in records if k == key] for key, values in by_key.items())  # in order
+
+
+def test_a_worker_told_to_stop_releases_its_job_and_another_goes_on_from_its_offset_at_once(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    topic, target = topic_name("activity"), topic_name("replays")
+    asyncio.run(create_topic(kafka_bootstrap, topic, 1))
+    asyncio.run(create_topic(kafka_bootstrap, target, 3))
+    records = [(f"acc-{n % 500:04d}".encode(), f"event-{n}".encode()) for n in range(RECORDS)]
+    asyncio.run(produce(kafka_bootstrap, topic, records, max_batch_size=1 << 20))
+    app = service_app(tmp_path, topic_name, {topic: 1, target: 3}, max_jobs=1)
+    first = serve(app, kafka_bootstrap, "w1", tmp_path / "w1.log")
+    asked = command(kafka_bootstrap, "request", topic, "--app", str(app), "--partition", "0", "--to-topic", target,
+                    "--id", "whole")  # fmt: skip
+    assert asked.returncode == 0, asked.stderr
+
+    def under_way() -> JobState | None:
+        state = states(app, kafka_bootstrap).get("whole")
+        return state if state is not None and state.status is Status.ONGOING and state.matched > 0 else None
+
+    wait_for(under_way, 60, "the job to be under way")
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(30) == 0
+    released = states(app, kafka_bootstrap)["whole"]
+    assert released.status is Status.OPEN and 0 < released.next_offset < RECORDS, released  # type: ignore[operator]
+    serve(app, kafka_bootstrap, "w2", tmp_path / "w2.log")
+
+    def ended() -> JobState | None:
+        state = states(app, kafka_bootstrap).get("whole")
+        return state if state is not None and state.status.ended else None
+
+    final = wait_for(ended, 60, "the job to end")
+    assert (final.status, final.owner, final.matched) == (Status.COMPLETED, "w2", RECORDS)
+    log = (tmp_path / "w2.log").read_text()
+    assert "taking it over" not in log  # an OPEN job, claimed at once: no heartbeat timeout to wait for
+    assert f"from offset {released.next_offset} " in log
+    replayed = asyncio.run(read_topic(kafka_bootstrap, target))
+    assert Counter((r.key, r.value) for r in replayed) == Counter(records)

@@ -9,7 +9,8 @@ Layout of a snapshot directory (one per store):
 The manifest says what the files hold (app, store, partition count, serdes, and the kind of store,
 whose layout the keys follow) so a runtime never ingests a snapshot of another store or one encoded
 differently, and which changelog offset each partition covers, so only the changelog tail after it
-is replayed.
+is replayed. A checkpoint the runtime takes (stores/checkpoint.py) also records, per partition, the
+input offsets its state covers: where the app's consumer group goes back to when it is rewound there.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from stores.layout import StoreKind
 from stores.rocksdb import RocksDBBackend
 from stores.sst import write_partition_sst
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2 added input_offsets
+READABLE_VERSIONS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 SST_NAME = "000000.sst"
 
@@ -57,6 +59,9 @@ class Manifest(BaseModel):
     kind: StoreKind = "key_value"
     changelog_topic: str | None = None
     changelog_offsets: dict[int, int] = Field(default_factory=dict)
+    # Per partition, the next offset of each input topic its state covers: a checkpoint taken by the
+    # runtime at a commit boundary has them; Spark's snapshots and version-1 manifests have none.
+    input_offsets: dict[int, dict[str, int]] = Field(default_factory=dict)
     row_counts: dict[int, int] = Field(default_factory=dict)
     checksums: dict[str, str] = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
@@ -91,8 +96,9 @@ def read_manifest(snapshot_dir: str | os.PathLike[str]) -> Manifest:
         manifest = Manifest.model_validate_json(text)
     except ValidationError as exc:
         raise SnapshotError(f"{path} is not a valid manifest: {exc}") from exc
-    if manifest.format_version != FORMAT_VERSION:
-        raise SnapshotError(f"{path} has format_version {manifest.format_version}; this code reads {FORMAT_VERSION}")
+    if manifest.format_version not in READABLE_VERSIONS:
+        readable = " and ".join(map(str, READABLE_VERSIONS))
+        raise SnapshotError(f"{path} has format_version {manifest.format_version}; this code reads {readable}")
     return manifest
 
 
@@ -245,6 +251,7 @@ def finish_snapshot(
     value_serde: str,
     changelog_topic: str | None = None,
     changelog_offsets: dict[int, int] | None = None,
+    input_offsets: dict[int, dict[str, int]] | None = None,
     kind: StoreKind = "key_value",
 ) -> Manifest:
     """The manifest of the partitions written, written last: its presence marks the snapshot complete."""
@@ -258,6 +265,7 @@ def finish_snapshot(
         kind=kind,
         changelog_topic=changelog_topic,
         changelog_offsets=changelog_offsets or {},
+        input_offsets=input_offsets or {},
         row_counts={result.partition: result.rows for result in results},
         checksums={name: digest for result in results for name, digest in result.checksums.items()},
     )

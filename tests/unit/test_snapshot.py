@@ -58,7 +58,16 @@ def test_manifest_round_trips(tmp_path: Path) -> None:
     assert read_manifest(tmp_path) == manifest
     on_disk = json.loads((tmp_path / "manifest.json").read_text())
     assert on_disk["changelog_offsets"] == {"0": 10, "1": 7}
-    assert on_disk["format_version"] == 1
+    assert on_disk["format_version"] == 2
+
+
+def test_a_version_1_manifest_is_still_read_and_covers_no_input_offsets(tmp_path: Path) -> None:
+    version_1 = _manifest(checksums={"partition-0/000000.sst": "ab" * 32}).model_dump(mode="json")
+    del version_1["input_offsets"]
+    version_1["format_version"] = 1
+    (tmp_path / "manifest.json").write_text(json.dumps(version_1))
+    manifest = read_manifest(tmp_path)
+    assert (manifest.format_version, manifest.input_offsets, manifest.offset(0)) == (1, {}, 10)
 
 
 def test_missing_or_unknown_manifest_is_refused(tmp_path: Path) -> None:

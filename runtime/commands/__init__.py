@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "describe": ("runtime.commands.describe", "an app's topology: processors, topics, stores, internal topics"),
     "reset": ("runtime.commands.reset", "move an app's committed offsets; optionally delete its state"),
     "replay": ("replay.cli", "one key's records (or a partition's) in a time range, from its partition only"),
+    "checkpoint": ("rewind.checkpoint_cli", "checkpoint the running app's stores now, or list its checkpoints"),
+    "rewind": ("rewind.cli", "take a stopped app back to a checkpoint, to process its inputs again from there"),
     "replay-jobs": ("replay.jobs.cli", "run replay jobs that outlive their worker, request one, list them"),
 }
 

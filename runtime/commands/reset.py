@@ -117,7 +117,7 @@ async def reset(cluster: Cluster, args: argparse.Namespace) -> int:
         if args.dry_run:
             print("dry run: nothing was changed")
             return 0
-        await _commit(cluster, planned)
+        await commit_offsets(cluster, planned.group, {tp: new for tp, (_, new) in planned.offsets.items()})
         if planned.changelogs:
             await admin.delete_topics(planned.changelogs)
             await _wait_until_deleted(admin, planned.changelogs)
@@ -145,14 +145,14 @@ def _app(cluster: Cluster) -> AppConfig:
     return cluster.app
 
 
-async def _commit(cluster: Cluster, planned: ResetPlan) -> None:
+async def commit_offsets(cluster: Cluster, group: str, offsets: dict[TopicPartition, int]) -> None:
     """Committed as a consumer outside the group's generation, which the broker takes from no one while
-    the group has members: a worker started since the check makes this fail, not half-reset."""
-    consumer = cluster.consumer(group_id=planned.group)
+    the group has members: a worker started since the check makes this fail, not half-done."""
+    consumer = cluster.consumer(group_id=group)
     await consumer.start()
     try:
-        consumer.assign(list(planned.offsets))
-        await consumer.commit({tp: new for tp, (_, new) in planned.offsets.items()})
+        consumer.assign(list(offsets))
+        await consumer.commit(offsets)
     finally:
         await consumer.stop()
 

@@ -25,6 +25,9 @@ appear as comments where each step is done):
      the processing policy).
 3. Post-commit, for each task whose commit succeeded: its stores write their data together with the
    changelog offset it reaches (`TaskState.flush`), so a store is never ahead of its changelog.
+4. Checkpoint, for each task whose commit succeeded or that had nothing new to commit, when one is due
+   and it has no part in it yet: its stores' state as step 3 left it, with the input offsets of step
+   1.4 (runtime/state/checkpoints.py).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from aiokafka import TopicPartition
 
 if TYPE_CHECKING:
+    from runtime.state.checkpoints import StoreCheckpoints
     from runtime.task.task import Task
 
 
@@ -54,9 +58,11 @@ CommitBeforeProcessing = Callable[[TopicPartition, list[Any]], Awaitable[None]]
 
 @dataclass
 class Committed:
-    """What step 2 achieved: the checkpoints now durable, and the tasks another worker took over."""
+    """What step 2 achieved: the checkpoints now durable, those with nothing new since the last commit
+    (exactly-once commits none for them), and the tasks another worker took over."""
 
     checkpoints: list[Checkpoint] = field(default_factory=list)
+    unchanged: list[Checkpoint] = field(default_factory=list)
     lost: list[Task] = field(default_factory=list)
 
 
@@ -82,8 +88,9 @@ class Committer(Protocol):
 class Checkpoints:
     """Runs the protocol over a worker's tasks: on a timer, when partitions are revoked, at shutdown."""
 
-    def __init__(self, committer: Committer, interval_s: float):
+    def __init__(self, committer: Committer, interval_s: float, store_checkpoints: StoreCheckpoints | None = None):
         self.committer = committer
+        self.store_checkpoints = store_checkpoints
         self._interval_s = interval_s
         self._one_at_a_time = asyncio.Lock()  # the timer, a revoke and the shutdown take turns
         self._timer_stopped = asyncio.Event()
@@ -132,5 +139,8 @@ class Checkpoints:
             state = checkpoint.task.state
             if state is not None:
                 state.flush(checkpoint.offsets)  # 3
+        if self.store_checkpoints is not None:
+            for checkpoint in committed.checkpoints + committed.unchanged:
+                self.store_checkpoints.after_commit(checkpoint.task, checkpoint.offsets)  # 4
         for task in committed.lost:
             task.lose()

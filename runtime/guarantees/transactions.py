@@ -73,6 +73,8 @@ class ExactlyOnce:
         for checkpoint, outcome in zip(checkpoints, outcomes, strict=True):
             if outcome is _Outcome.COMMITTED:
                 committed.checkpoints.append(checkpoint)
+            elif outcome is _Outcome.UNCHANGED:
+                committed.unchanged.append(checkpoint)
             elif outcome is _Outcome.LOST:
                 committed.lost.append(checkpoint.task)
         return committed

@@ -121,7 +121,7 @@ class Task:
         self._stopping = False
         self._commit_waits = False
         self._flushes = type(processor).flush is not Processor.flush
-        self._group_inputs = frozenset(inputs)
+        self.group_inputs = frozenset(inputs)
         every_input = [*inputs, *(broadcast.partitions if broadcast is not None else ())]
         self._loop = RecordLoop(task_id.processor, every_input, processor, context, services, outputs,
                                 self._batch_done)  # fmt: skip
@@ -132,7 +132,7 @@ class Task:
             order = self._timestamp_order(every_input)
         self._tables = state.table_inputs() if state is not None else {}
         self.intake = Intake(  # what is queued here, and the order it is taken in
-            self._loop, order, self._group_inputs, end_offsets, services.commit_before_processing, outputs.flush,
+            self._loop, order, self.group_inputs, end_offsets, services.commit_before_processing, outputs.flush,
             self._after_take, lambda error: self._lifecycle_failed("choose()", error), frozenset(self._tables),
             self._write_table,
         )  # fmt: skip
@@ -334,7 +334,7 @@ class Task:
             self.state.log_changes()  # 1.3
         self._stream_time_checkpoint = self._context.stream_time_now()
         # 1.4, of the group's inputs: the broadcast ones are in the state
-        return Checkpoint(self, {tp: o for tp, o in self.next_offsets.items() if tp in self._group_inputs})
+        return Checkpoint(self, {tp: o for tp, o in self.next_offsets.items() if tp in self.group_inputs})
 
     async def close(self) -> None:
         """Close the processor (after its last flush, if it ran), then the stores, so that another

@@ -28,6 +28,7 @@ from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import Limits
 from runtime.kafka.topic_serdes import topic_serdes
 from runtime.kafka.topics import describe_limits, ensure_topics
+from runtime.state.checkpoints import StoreCheckpoints
 from runtime.state.restore import ChangelogRestorer
 from runtime.task.broadcast import BroadcastSource
 from runtime.task.event_time import timestamp_readers
@@ -177,7 +178,8 @@ class Worker:
 
         backpressure = self._backpressure = Backpressure(consumer, config.queue, counters)
         committer = self._committer(consumer, shared)
-        checkpoints = Checkpoints(committer, config.commit_interval_s)
+        store_checkpoints = StoreCheckpoints.configured(config, partition_counts)
+        checkpoints = Checkpoints(committer, config.commit_interval_s, store_checkpoints)
         restorer = ChangelogRestorer(
             self._restore_consumer, counters, self.telemetry.tracer, committed=consumer.committed
         )
@@ -235,6 +237,8 @@ class Worker:
             checkpoints.stop_timer()
             await timer
             await assignment.stop_all(commit=outcome.commits_at_stop(config.guarantee is Guarantee.EXACTLY_ONCE))
+            if store_checkpoints is not None:
+                await store_checkpoints.finish()  # the checkpoints the last commits took part in
             if purger is not None:
                 await purge.once()  # what the last commit passed
 

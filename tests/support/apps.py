@@ -68,6 +68,15 @@ class CountPerKey(Processor):
         ctx.send(self.output, {"key": record.key, "count": count, "n": record.value["n"]}, key=record.key)
 
 
+class DoubleCountPerKey(CountPerKey):
+    """CountPerKey with a bug: keys ending in 7 are counted twice."""
+
+    def process(self, record: Record, ctx: Context) -> None:
+        super().process(record, ctx)
+        if str(record.key).endswith("7"):
+            super().process(record, ctx)
+
+
 class SlowCountPerKey(CountPerKey):
     """CountPerKey at about 2,000 records/s per task, so a kill lands mid-stream."""
 

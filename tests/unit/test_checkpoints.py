@@ -71,7 +71,7 @@ class RecordingCommitter:
         self.log.append(f"committed {names}")
         return Committed(
             [c for c in checkpoints if c.task.id.processor not in self.lost],
-            [c.task for c in checkpoints if c.task.id.processor in self.lost],
+            lost=[c.task for c in checkpoints if c.task.id.processor in self.lost],
         )
 
 

@@ -1,0 +1,101 @@
+"""Rewind after a bug fix (seed 004) against a real broker: an app checkpoints, a buggy version of it runs
+on, the bug is fixed and the app rewound to the checkpoint; processing again gives the state of the fixed
+code over the whole input, exactly, under exactly-once, and so does a restore from nothing after it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from tests.conftest import TopicNamer
+from tests.integration.test_state import counting_app, true_counts
+from tests.support.kafka_helpers import committed_offsets, create_topic, produce, read_topic
+from tests.support.running import REPO, numbered, spawn_worker, write_app
+
+PARTITIONS = 3
+
+
+def runtime(bootstrap: str, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "runtime", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout_s, check=False)  # fmt: skip
+
+
+def latest(bootstrap: str, topic: str, decode: Any) -> dict[Any, Any]:
+    """Each key's last value, in offset order (read committed)."""
+    found: dict[Any, Any] = {}
+    for record in asyncio.run(read_topic(bootstrap, topic)):
+        found[decode(record.key)] = None if record.value is None else msgpack.unpackb(record.value)
+    return found
+
+
+def wait_until_committed(bootstrap: str, group: str, topic: str, total: int) -> None:
+    deadline = time.monotonic() + 60
+    while sum(o for (t, _), o in asyncio.run(committed_offsets(bootstrap, group)).items() if t == topic) < total:
+        assert time.monotonic() < deadline, "the app did not catch up"
+        time.sleep(0.2)
+
+
+def test_a_fixed_app_rewound_to_its_checkpoint_ends_as_if_the_bug_never_ran(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    source, sink = topic_name("in"), topic_name("out")
+    for topic in (source, sink):
+        asyncio.run(create_topic(kafka_bootstrap, topic, PARTITIONS))
+    app = counting_app(topic_name("app"), source, sink, PARTITIONS, tmp_path / "state", "rocksdb")
+    app |= {"guarantee": "exactly_once", "commit_interval_ms": 100, "kafka": {"bootstrap_servers": kafka_bootstrap},
+            "snapshots": {"location": str(tmp_path / "checkpoints")}}  # fmt: skip
+    fixed = write_app(tmp_path, app, "fixed.yaml")
+    app["processors"][0]["class"] = "tests.support.apps:DoubleCountPerKey"
+    buggy = write_app(tmp_path, app, "buggy.yaml")
+    changelog = f"{app['app_id']}-counts-changelog"
+
+    # The correct code runs over the first 3,000 records, and checkpoints.
+    asyncio.run(produce(kafka_bootstrap, source, numbered(3_000)))
+    worker = spawn_worker(fixed, log=tmp_path / "fixed.log")
+    wait_until_committed(kafka_bootstrap, app["app_id"], source, 3_000)
+    refused = runtime(kafka_bootstrap, "rewind", str(fixed), "--to-time", "2100-01-01")
+    assert refused.returncode == 1 and "active member" in refused.stderr, refused.stderr  # a worker runs
+    asked = runtime(kafka_bootstrap, "checkpoint", str(fixed), "--timeout", "60")
+    assert asked.returncode == 0, asked.stderr + (tmp_path / "fixed.log").read_text()
+    name = asked.stdout.strip()
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(60) == 0
+
+    # A buggy version runs over the next 3,000: keys ending in 7 are counted twice.
+    asyncio.run(produce(kafka_bootstrap, source, numbered(3_000, start=3_000)))
+    assert runtime(kafka_bootstrap, str(buggy), "--until-caught-up").returncode == 0
+    wrong = latest(kafka_bootstrap, sink, bytes.decode)
+    assert wrong != {key: {"count": count} for key, count in true_counts(6_000).items()}
+    assert wrong["k7"]["count"] > true_counts(6_000)["k7"]
+
+    # Fixed, rewound to the checkpoint, and run again over what came after it.
+    plan = runtime(kafka_bootstrap, "rewind", str(fixed), "--to", name, "--dry-run")
+    assert plan.returncode == 0 and "dry run: nothing was changed" in plan.stdout, plan.stderr
+    done = runtime(kafka_bootstrap, "rewind", str(fixed), "--to", name)
+    assert done.returncode == 0, done.stderr
+    assert f"rewind consumer group {app['app_id']} to checkpoint {name}" in done.stdout
+    assert runtime(kafka_bootstrap, str(fixed), "--until-caught-up").returncode == 0
+    counts = {key: update["count"] for key, update in latest(kafka_bootstrap, sink, bytes.decode).items()}
+    assert counts == true_counts(6_000)
+    # The changelog holds the fixed state too: a restore from it cannot bring the bug's counts back.
+    assert latest(kafka_bootstrap, changelog, msgpack.unpackb) == true_counts(6_000)
+
+    # The local state deleted: restored from the checkpoint and the changelog, one more record per key.
+    shutil.rmtree(tmp_path / "state")
+    asyncio.run(produce(kafka_bootstrap, source, numbered(97, start=6_000)))
+    assert runtime(kafka_bootstrap, str(fixed), "--until-caught-up").returncode == 0
+    counts = {key: update["count"] for key, update in latest(kafka_bootstrap, sink, bytes.decode).items()}
+    assert counts == true_counts(6_097)
+    recorded = [json.loads(r.value) for r in asyncio.run(read_topic(kafka_bootstrap, f"{app['app_id']}-rewinds"))]
+    assert [record["checkpoint"] for record in recorded] == [name]

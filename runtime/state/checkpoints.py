@@ -178,16 +178,22 @@ class StoreCheckpoints:
 
 
 def prune(store_dir: Path, keep: int) -> list[Path]:
-    """Delete the store's checkpoints (snapshots with input offsets) beyond the `keep` newest; those
-    Spark made are left alone. Returns what was deleted."""
-    found = []
+    """Delete the store's checkpoints (snapshots with input offsets) beyond the `keep` newest, and those
+    older than the newest that never completed (a worker died writing its part) and are not requested;
+    Spark's snapshots are left alone. Returns what was deleted."""
+    complete, incomplete = [], []
     for directory in store_dir.iterdir():
         if (directory / MANIFEST_NAME).is_file():
             manifest = read_manifest(directory)
             if manifest.input_offsets:
-                found.append((manifest.created_at, directory))
-    found.sort()
-    gone = [directory for _, directory in found[: max(0, len(found) - keep)]]
+                complete.append((manifest.created_at, directory))
+        elif directory.is_dir() and not (requests_dir(store_dir.parent) / directory.name).exists():
+            incomplete.append(directory)
+    complete.sort()
+    gone = [directory for _, directory in complete[: max(0, len(complete) - keep)]]
+    if complete:
+        newest = complete[-1][1].name
+        gone += [directory for directory in incomplete if directory.name < newest]
     for directory in gone:
         shutil.rmtree(directory, ignore_errors=True)
     return gone

@@ -12,14 +12,23 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import msgpack
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
+from rewind.catalog import checkpoints
+from runtime.config import parse_app
+from stores.rocksdb import RocksDBBackend
+from stores.snapshot import ingest_partition
 from tests.conftest import TopicNamer
+from tests.integration.test_exactly_once import FAST_FAILOVER
 from tests.integration.test_state import counting_app, true_counts
 from tests.support.kafka_helpers import committed_offsets, create_topic, produce, read_topic
+from tests.support.kills import kill_and_replace
 from tests.support.running import REPO, numbered, spawn_worker, write_app
 
 PARTITIONS = 3
@@ -99,3 +108,56 @@ def test_a_fixed_app_rewound_to_its_checkpoint_ends_as_if_the_bug_never_ran(
     assert counts == true_counts(6_097)
     recorded = [json.loads(r.value) for r in asyncio.run(read_topic(kafka_bootstrap, f"{app['app_id']}-rewinds"))]
     assert [record["checkpoint"] for record in recorded] == [name]
+
+    # Once retention deleted input the checkpoint would process again, it is refused.
+    asyncio.run(delete_records(kafka_bootstrap, source, 1_500))
+    gone = runtime(kafka_bootstrap, "rewind", str(fixed), "--to", name)
+    assert gone.returncode == 1 and "needs input that retention deleted" in gone.stderr, gone.stderr
+
+
+async def delete_records(bootstrap: str, topic: str, below: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_records({TopicPartition(topic, p): RecordsToDelete(below) for p in range(PARTITIONS)})
+    finally:
+        await admin.close()
+
+
+def test_checkpoints_taken_every_second_while_workers_are_killed_hold_exactly_their_input_offsets_state(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    source, sink = topic_name("in"), topic_name("out")
+    for topic in (source, sink):
+        asyncio.run(create_topic(kafka_bootstrap, topic, PARTITIONS))
+    app = counting_app(topic_name("app"), source, sink, PARTITIONS, tmp_path / "state", "rocksdb")
+    app |= {"guarantee": "exactly_once", "commit_interval_ms": 100,
+            "kafka": {"bootstrap_servers": kafka_bootstrap, "consumer": FAST_FAILOVER},
+            "snapshots": {"location": str(tmp_path / "checkpoints"), "every": "1s", "keep": 1000}}  # fmt: skip
+    app["processors"][0]["class"] = "tests.support.apps:SlowCountPerKey"
+    path = write_app(tmp_path, app)
+    asyncio.run(produce(kafka_bootstrap, source, numbered(30_000)))
+    asyncio.run(kill_and_replace(path, kafka_bootstrap, app["app_id"], tmp_path, seed=4, kills=3))
+    assert runtime(kafka_bootstrap, str(path), "--until-caught-up").returncode == 0  # and more checkpoints
+    inputs: dict[int, list[str]] = {}  # partition -> its records' keys in offset order
+    for record in asyncio.run(read_topic(kafka_bootstrap, source)):
+        inputs.setdefault(record.partition, []).append(record.key.decode())
+    found = checkpoints(parse_app(app))
+    assert len(found) >= 3, f"only {len(found)} complete checkpoints"
+    for checkpoint in found:
+        manifest = checkpoint.manifests["counts"]
+        for partition in range(PARTITIONS):
+            upto = manifest.input_offsets[partition][source]
+            expected = Counter(inputs.get(partition, [])[:upto])
+            held = {msgpack.unpackb(key): msgpack.unpackb(value)
+                    for key, value in snapshot_rows(checkpoint.directories["counts"], manifest, partition)}  # fmt: skip
+            assert held == dict(expected), f"checkpoint {checkpoint.name} partition {partition} (up to {upto})"
+
+
+def snapshot_rows(directory: Path, manifest: Any, partition: int) -> list[tuple[bytes, bytes]]:
+    store = RocksDBBackend(directory.parent / f".check-{directory.name}-{partition}")
+    try:
+        ingest_partition(store, directory, manifest, partition)
+        return list(store.items())
+    finally:
+        store.close()

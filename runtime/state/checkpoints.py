@@ -143,15 +143,18 @@ class StoreCheckpoints:
             return  # complete already (a task that moved here from a worker that had taken its part)
         directory.mkdir(parents=True, exist_ok=True)
         copy = directory / f".rocksdb-{partition}-{uuid.uuid4().hex[:8]}"
+        started = time.monotonic()
         entry.backend.checkpoint(copy)
-        writing = asyncio.create_task(self._write(entry, due, directory, copy, partition, inputs))
+        writing = asyncio.create_task(self._write(entry, due, directory, copy, partition, inputs, started))
         self._writing.add(writing)
         writing.add_done_callback(self._writing.discard)
 
     async def _write(self, entry: TaskStore, due: Due, directory: Path, copy: Path, partition: int,
-                     inputs: dict[str, int]) -> None:  # fmt: skip
+                     inputs: dict[str, int], started: float) -> None:  # fmt: skip
         try:
-            await asyncio.to_thread(write_partition_checkpoint, copy, directory, partition, inputs)
+            part = await asyncio.to_thread(write_partition_checkpoint, copy, directory, partition, inputs)
+            log.info("checkpoint %s of store %s partition %d: %d rows in %.2fs", due.name, entry.name, partition,
+                     part.rows, time.monotonic() - started)  # fmt: skip
             manifest = await asyncio.to_thread(self._assemble, entry, directory)
         except Exception as error:  # a checkpoint is worth a warning, not the worker
             log.warning("checkpoint %s of store %s partition %d failed: %r", due.name, entry.name, partition, error)

@@ -6,6 +6,10 @@ for each partition, the changelog is read from the checkpoint's offset to its en
 noted, and for each one record appended: the checkpoint's value, or a tombstone when the checkpoint does
 not hold the key. Wherever a restore starts, from the checkpoint, from a later one, from a local store
 at any offset or from nothing, these records come last, and it ends with the checkpoint's state.
+
+Then the changelog's end holds the checkpoint's state exactly, so the checkpoint is carried forward to it
+(stores/checkpoint.py, `carry_forward`): a snapshot of the same files covering the changelog up to its
+end, which a store restores from without replaying the tail (the changes and their corrections).
 """
 
 from __future__ import annotations
@@ -59,6 +63,13 @@ async def corrections(
         if keys:
             found[tp] = checkpoint_values(directory, manifest, partition, keys)
     return found
+
+
+async def ends(consumer: AIOKafkaConsumer, manifest: Manifest) -> dict[int, int]:
+    """The end offset of each partition of the store's changelog now."""
+    assert manifest.changelog_topic is not None
+    tps = [TopicPartition(manifest.changelog_topic, partition) for partition in range(manifest.partitions)]
+    return {tp.partition: offset for tp, offset in (await consumer.end_offsets(tps)).items()}
 
 
 async def append(producer: AIOKafkaProducer, tp: TopicPartition, records: list[Correction]) -> None:

@@ -7,8 +7,9 @@ Every worker of the app must be stopped (a group with active members is refused)
    when an input offset it records lies below its partition's log start: retention deleted input it
    would need to process again.
 2. The stores' changelogs are made to agree with it (rewind/changelog.py), so that a restore, from
-   anything, ends with the checkpoint's state. The local stores are left as they are: restoring, they
-   replay their changelog's tail, whose last records are those.
+   anything, ends with the checkpoint's state; and the checkpoint is carried forward to the changelog's
+   new end, a snapshot named after the rewind that a store restores from without replaying the tail.
+   The local stores are left as they are: behind that snapshot, they are loaded from it.
 3. The group's committed offsets move to the checkpoint's input offsets. An input partition no store
    covers (a stateless processor's) goes to its first record at or after the checkpoint's moment, and
    an intermediate topic no store covers to its end, as `reset` does.
@@ -33,7 +34,7 @@ from aiokafka import TopicPartition
 from aiokafka.admin import NewTopic
 
 from rewind.catalog import AppCheckpoint, checkpoints
-from rewind.changelog import Correction, append, corrections
+from rewind.changelog import Correction, append, corrections, ends
 from runtime.commands.app_topics import intermediate_topics
 from runtime.commands.cluster import Cluster, CommandFailed, connect
 from runtime.commands.positions import Position, offsets_at
@@ -42,6 +43,7 @@ from runtime.commands.running import command_parser, run
 from runtime.commands.times import parse_time
 from runtime.config import AppConfig
 from runtime.kafka.topics import describe_partitions, ensure_internal_topics
+from stores.checkpoint import carry_forward
 
 log = logging.getLogger("runtime.rewind")
 
@@ -162,12 +164,29 @@ async def rewind(cluster: Cluster, args: argparse.Namespace) -> int:
     try:
         for tp, records in planned.corrections.items():  # 2, before the offsets: a rewind cut off here is done again
             await append(producer, tp, records)
+        await _carry_forward(cluster, planned)
         await commit_offsets(cluster, planned.group, {tp: new for tp, (_, new) in planned.offsets.items()})  # 3
         await _record(cluster, app, producer, planned)  # 4
     finally:
         await producer.stop()
     print("done")
     return 0
+
+
+async def _carry_forward(cluster: Cluster, planned: RewindPlan) -> None:
+    """Each store's checkpoint again, named after now, covering its changelog up to the end it now has."""
+    moment = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    consumer = cluster.consumer(group_id=None, isolation_level="read_committed")
+    await consumer.start()
+    try:
+        for store, manifest in planned.checkpoint.manifests.items():
+            source = planned.checkpoint.directories[store]
+            target = source.parent / moment
+            if not target.exists():
+                carry_forward(source, target, await ends(consumer, manifest))
+                print(f"  store {store}: the rewound state, to restore from without the changelog's tail: {target}")
+    finally:
+        await consumer.stop()
 
 
 async def _record(cluster: Cluster, app: AppConfig, producer: Any, planned: RewindPlan) -> None:

@@ -15,13 +15,24 @@ from __future__ import annotations
 
 import os
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from stores.layout import StoreKind
 from stores.rocksdb import RocksDBBackend
-from stores.snapshot import MANIFEST_NAME, Manifest, PartitionWritten, SnapshotError, finish_snapshot, write_partition
+from stores.snapshot import (
+    MANIFEST_NAME,
+    Manifest,
+    PartitionWritten,
+    SnapshotError,
+    finish_snapshot,
+    partition_dir,
+    read_manifest,
+    write_manifest,
+    write_partition,
+)
 
 PART_SUFFIX = ".json"
 
@@ -96,3 +107,26 @@ def assemble(
         changelog_offsets={partition: part.changelog_offset for partition, part in parts.items()},
         input_offsets={partition: part.input_offsets for partition, part in parts.items()},
     )  # fmt: skip
+
+
+def carry_forward(
+    source: str | os.PathLike[str], target: str | os.PathLike[str], changelog_offsets: dict[int, int]
+) -> Manifest:
+    """The checkpoint at `source` again at `target`, covering its changelog up to `changelog_offsets`: what a
+    rewind leaves once the changelog ends with the checkpoint's state, so that a store restores from it
+    without replaying the changelog's tail. Its SST files are hard-linked (copied where a link cannot be
+    made) and its manifest, new, is written last."""
+    manifest = read_manifest(source)
+    root, copy = Path(source), Path(target)
+    for name in manifest.checksums:
+        destination = copy / name
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(root / name, destination)
+        except OSError:
+            shutil.copy2(root / name, destination)
+    for partition in range(manifest.partitions):
+        partition_dir(copy, partition).mkdir(parents=True, exist_ok=True)
+    moved = manifest.model_copy(update={"changelog_offsets": changelog_offsets, "created_at": datetime.now(UTC)})
+    write_manifest(copy, moved)
+    return moved

@@ -93,12 +93,13 @@ class JobRunner:
     async def _run_once(self) -> None:
         request, place = self._request, self._place
         what, partitions, shipper = await self._prepare()
-        consumer = place.clients.consumer(group_id=None, client_id=f"{place.worker}-replay-{self.id}")
+        consumer = None
         try:
             await shipper.start()  # fences the job's previous owner, then reads its state
             state = self._latest(shipper)
             if state is None or state.status.ended:
                 return
+            consumer = place.clients.consumer(group_id=None, client_id=f"{place.worker}-replay-{self.id}")
             await start_with_retries(f"replay job {self.id}'s reader", place.clients.bootstrap_servers, consumer.start)
             span = await self._span(consumer, what, partitions, state)
             state = state.model_copy(update={
@@ -134,7 +135,8 @@ class JobRunner:
                 raise JobFailed(f"{request.target} refused a replayed record: {error}") from None
             log.info("replay job %s: completed, %d of %d records read matched", self.id, state.matched, state.scanned)
         finally:
-            await consumer.stop()
+            if consumer is not None:
+                await consumer.stop()
             await asyncio.shield(shipper.stop())
 
     async def _prepare(self) -> tuple[Replay, int, Shipper]:

@@ -58,7 +58,7 @@ class ReplayService:
         return self._place.stopping.is_set()
 
     async def run(self) -> None:
-        """Until cancelled."""
+        """Until `stop` has released this worker's jobs, or until cancelled."""
         try:
             await create_job_topics(self._clients, self.config)
             await self.board.start()
@@ -77,11 +77,6 @@ class ReplayService:
             await self._schedule()
             following.cancel()
             taking.cancel()
-
-    @property
-    def running(self) -> set[str]:
-        """The jobs this worker runs now."""
-        return set(self._running)
 
     async def _schedule(self) -> None:
         try:

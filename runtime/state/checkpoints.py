@@ -134,6 +134,8 @@ class StoreCheckpoints:
             self._requested = [Due(request.name, snapshots) for location, snapshots in self._locations.items()
                                for request in sorted(requests_dir(location).glob("*"))]  # fmt: skip
         due += self._requested
+        names = {each.name for each in due}
+        self._taken = {taken for taken in self._taken if taken[2] in names}  # those no longer due are done
         return due
 
     def _take(self, entry: TaskStore, due: Due, partition: int, inputs: dict[str, int]) -> None:

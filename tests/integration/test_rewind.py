@@ -100,10 +100,13 @@ def test_a_fixed_app_rewound_to_its_checkpoint_ends_as_if_the_bug_never_ran(
     # The changelog holds the fixed state too: a restore from it cannot bring the bug's counts back.
     assert latest(kafka_bootstrap, changelog, msgpack.unpackb) == true_counts(6_000)
 
-    # The local state deleted: restored from the checkpoint and the changelog, one more record per key.
+    # The local state deleted: restored from the snapshot the rewind left and the changelog, one more record
+    # per key.
     shutil.rmtree(tmp_path / "state")
     asyncio.run(produce(kafka_bootstrap, source, numbered(97, start=6_000)))
-    assert runtime(kafka_bootstrap, str(fixed), "--until-caught-up").returncode == 0
+    restored = runtime(kafka_bootstrap, str(fixed), "--until-caught-up")
+    carried = done.stdout.split("to restore from without the changelog's tail: ")[1].split()[0]
+    assert restored.returncode == 0 and f"ingesting snapshot {carried} " in restored.stderr  # the rewind's own
     counts = {key: update["count"] for key, update in latest(kafka_bootstrap, sink, bytes.decode).items()}
     assert counts == true_counts(6_097)
     recorded = [json.loads(r.value) for r in asyncio.run(read_topic(kafka_bootstrap, f"{app['app_id']}-rewinds"))]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stores.checkpoint import assemble, part_path, write_partition_checkpoint
+from stores.checkpoint import assemble, carry_forward, part_path, write_partition_checkpoint
 from stores.rocksdb import RocksDBBackend
 from stores.snapshot import Manifest, SnapshotError, ingest_partition, read_manifest
 
@@ -56,3 +56,24 @@ def test_a_damaged_part_is_a_clear_error(tmp_path: Path) -> None:
     part_path(target, 1).write_text("{not json")
     with pytest.raises(SnapshotError, match=r"partition-1\.json cannot be read"):
         assembled(target)
+
+
+def test_a_checkpoint_carried_forward_shares_its_files_and_covers_the_changelog_up_to_its_new_end(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "totals" / "20261126T070000Z"
+    rows = [(b"acc-1", b"\x01")]
+    write_partition_checkpoint(checkpointed(tmp_path, 0, rows, 41), target, 0, {"payments": 10})
+    write_partition_checkpoint(checkpointed(tmp_path, 1, [], 0), target, 1, {"payments": 3})
+    original = assembled(target)
+    assert original is not None
+    later = tmp_path / "totals" / "20261126T080000Z"
+    moved = carry_forward(target, later, {0: 95, 1: 12})
+    assert (moved.changelog_offsets, moved.input_offsets) == ({0: 95, 1: 12}, original.input_offsets)
+    assert moved.created_at > original.created_at and read_manifest(later) == moved
+    sst = "partition-0/000000.sst"
+    assert (target / sst).stat().st_ino == (later / sst).stat().st_ino  # the same file, linked
+    restored = RocksDBBackend(tmp_path / "restored")
+    assert ingest_partition(restored, later, moved, 0) == 95
+    assert list(restored.items()) == rows
+    restored.close()

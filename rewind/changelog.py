@@ -14,6 +14,7 @@ end, which a store restores from without replaying the tail (the changes and the
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from pathlib import Path
 
@@ -25,18 +26,22 @@ from stores.snapshot import Manifest, ingest_partition
 Correction = tuple[bytes, bytes | None]  # a key, and its value in the checkpoint (None: not there)
 
 
-async def changed_keys(consumer: AIOKafkaConsumer, tp: TopicPartition, start: int) -> set[bytes]:
-    """The keys of the changelog partition's records from `start` to its end now (read committed)."""
-    end = (await consumer.end_offsets([tp]))[tp]
-    if start >= end:
-        return set()
-    consumer.assign([tp])
-    consumer.seek(tp, start)
-    keys: set[bytes] = set()
-    while await consumer.position(tp) < end:
-        for record in (await consumer.getmany(tp, timeout_ms=500)).get(tp, []):
-            if record.offset < end and record.key is not None:
-                keys.add(record.key)
+async def changed_keys(
+    consumer: AIOKafkaConsumer, starts: dict[TopicPartition, int]
+) -> dict[TopicPartition, set[bytes]]:
+    """The keys of each changelog partition's records from its start to its end now (read committed), all
+    partitions read together: one consumer moved from partition to partition waits out a fetch each time."""
+    ends = await consumer.end_offsets(list(starts))
+    reading = {tp: start for tp, start in starts.items() if start < ends[tp]}
+    keys: dict[TopicPartition, set[bytes]] = {tp: set() for tp in starts}
+    if not reading:
+        return keys
+    consumer.assign(list(reading))
+    for tp, start in reading.items():
+        consumer.seek(tp, start)
+    while [tp for tp in reading if await consumer.position(tp) < ends[tp]]:
+        for tp, records in (await consumer.getmany(timeout_ms=500)).items():
+            keys[tp].update(record.key for record in records if record.offset < ends[tp] and record.key is not None)
     return keys
 
 
@@ -56,13 +61,9 @@ async def corrections(
 ) -> dict[TopicPartition, list[Correction]]:
     """What each partition of the store's changelog needs to agree with the checkpoint."""
     assert manifest.changelog_topic is not None
-    found: dict[TopicPartition, list[Correction]] = {}
-    for partition in range(manifest.partitions):
-        tp = TopicPartition(manifest.changelog_topic, partition)
-        keys = await changed_keys(consumer, tp, manifest.offset(partition))
-        if keys:
-            found[tp] = checkpoint_values(directory, manifest, partition, keys)
-    return found
+    starts = {TopicPartition(manifest.changelog_topic, p): manifest.offset(p) for p in range(manifest.partitions)}
+    changed = await changed_keys(consumer, starts)
+    return {tp: checkpoint_values(directory, manifest, tp.partition, keys) for tp, keys in changed.items() if keys}
 
 
 async def ends(consumer: AIOKafkaConsumer, manifest: Manifest) -> dict[int, int]:
@@ -73,7 +74,14 @@ async def ends(consumer: AIOKafkaConsumer, manifest: Manifest) -> dict[int, int]
 
 
 async def append(producer: AIOKafkaProducer, tp: TopicPartition, records: list[Correction]) -> None:
-    """The corrections, to the partition, acknowledged."""
-    sent = [await producer.send(tp.topic, value, key=key, partition=tp.partition) for key, value in records]
-    for future in sent:
-        await future
+    """The corrections, to the partition, in batches (a send per record costs many times more), acknowledged."""
+    sent = []
+    batch = producer.create_batch()
+    for key, value in records:
+        if batch.append(key=key, value=value, timestamp=None) is None:
+            sent.append(await producer.send_batch(batch, tp.topic, partition=tp.partition))
+            batch = producer.create_batch()
+            batch.append(key=key, value=value, timestamp=None)
+    if batch.record_count():
+        sent.append(await producer.send_batch(batch, tp.topic, partition=tp.partition))
+    await asyncio.gather(*sent)

@@ -38,7 +38,7 @@ from rewind.changelog import Correction, append, corrections, ends
 from runtime.commands.app_topics import intermediate_topics
 from runtime.commands.cluster import Cluster, CommandFailed, connect
 from runtime.commands.positions import Position, offsets_at
-from runtime.commands.reset import active_members, commit_offsets
+from runtime.commands.reset import commit_offsets, require_stopped
 from runtime.commands.running import command_parser, run
 from runtime.commands.times import parse_time
 from runtime.config import AppConfig
@@ -146,12 +146,7 @@ async def rewind(cluster: Cluster, args: argparse.Namespace) -> int:
     admin = cluster.admin()
     await admin.start()
     try:
-        members = await active_members(admin, app.group_id)
-        if members:
-            raise CommandFailed(
-                f"consumer group {app.group_id} has {len(members)} active member{'s' if len(members) > 1 else ''} "
-                f"({', '.join(members)}): stop every worker of the app, then rewind it"
-            )
+        await require_stopped(admin, app.group_id, "rewind it")
     finally:
         await admin.close()
     planned = await plan(cluster, app, chosen(app, args.to, args.to_time))

@@ -79,6 +79,16 @@ async def active_members(admin: AIOKafkaAdminClient, group: str) -> list[str]:
     return members
 
 
+async def require_stopped(admin: AIOKafkaAdminClient, group: str, then: str) -> None:
+    """A command that moves the group's offsets refuses while a worker runs: its next commit would undo them."""
+    members = await active_members(admin, group)
+    if members:
+        raise CommandFailed(
+            f"consumer group {group} has {len(members)} active member{'s' if len(members) > 1 else ''} "
+            f"({', '.join(members)}): stop every worker of the app, then {then}"
+        )
+
+
 async def plan(cluster: Cluster, admin: AIOKafkaAdminClient, args: argparse.Namespace) -> ResetPlan:
     app = _app(cluster)
     inputs = sorted({topic for processor in app.processors for topic in processor.inputs})
@@ -105,13 +115,7 @@ async def reset(cluster: Cluster, args: argparse.Namespace) -> int:
     admin = cluster.admin()
     await admin.start()
     try:
-        group = _app(cluster).group_id
-        members = await active_members(admin, group)
-        if members:
-            raise CommandFailed(
-                f"consumer group {group} has {len(members)} active member{'s' if len(members) > 1 else ''} "
-                f"({', '.join(members)}): stop every worker of the app, then reset it"
-            )
+        await require_stopped(admin, _app(cluster).group_id, "reset it")
         planned = await plan(cluster, admin, args)
         print(planned.describe(_named(args.to)))
         if args.dry_run:

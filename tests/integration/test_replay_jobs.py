@@ -12,8 +12,9 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from replay.jobs.cli import jobs
 from replay.jobs.state import JobState, Status
@@ -24,6 +25,7 @@ from tests.support.kafka_helpers import create_topic, produce, read_topic
 from tests.support.running import REPO, SPAWNED, write_app
 
 HEARTBEAT_MS, TAKEOVER_MS = 200, 2_000
+Records = list[tuple[bytes, bytes]]
 RECORDS = 200_000  # of one partition, replayed whole: the job takes seconds, long enough to be killed in
 
 
@@ -71,6 +73,37 @@ def wait_for(check: Any, timeout_s: float, what: str, seen: Any = lambda: "") ->
     raise AssertionError(f"timed out waiting for {what} {seen()}")
 
 
+def whole_partition_job(bootstrap: str, topic_name: TopicNamer, tmp_path: Path) -> tuple[Path, str, Records]:
+    """RECORDS records in a topic of one partition, a service app of one job at a time, and a request for
+    the job "whole": every record of the partition to a target of 3 partitions. (app, target, records)"""
+    topic, target = topic_name("activity"), topic_name("replays")
+    asyncio.run(create_topic(bootstrap, topic, 1))
+    asyncio.run(create_topic(bootstrap, target, 3))
+    records = [(f"acc-{n % 500:04d}".encode(), f"event-{n}".encode()) for n in range(RECORDS)]
+    asyncio.run(produce(bootstrap, topic, records, max_batch_size=1 << 20))
+    app = service_app(tmp_path, topic_name, {topic: 1, target: 3}, max_jobs=1)
+    asked = command(bootstrap, "request", topic, "--app", str(app), "--partition", "0", "--to-topic", target,
+                    "--id", "whole")  # fmt: skip
+    assert asked.returncode == 0, asked.stderr
+    return app, target, records
+
+
+def under_way(state: JobState) -> bool:
+    return state.status is Status.ONGOING and state.matched > 0
+
+
+def ended(state: JobState) -> bool:
+    return state.status.ended
+
+
+def whole_job(app: Path, bootstrap: str, wanted: Callable[[JobState], bool], what: str) -> JobState:
+    def found() -> JobState | None:
+        state = states(app, bootstrap).get("whole")
+        return state if state is not None and wanted(state) else None
+
+    return cast(JobState, wait_for(found, 120, f"the job {what}"))
+
+
 def test_a_job_replays_its_records_once_and_a_bad_request_fails_saying_why(
     kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
 ) -> None:
@@ -115,12 +148,12 @@ def test_a_job_replays_its_records_once_and_a_bad_request_fails_saying_why(
 
     def failed() -> dict[str, JobState] | None:
         found = states(app, kafka_bootstrap)
-        ended = {name: found[name] for name in reasons if name in found and found[name].status.ended}
-        return ended if len(ended) == len(reasons) else None
+        done = {name: found[name] for name in reasons if name in found and found[name].status.ended}
+        return done if len(done) == len(reasons) else None
 
-    ended = wait_for(failed, 30, "the bad requests to fail", lambda: f"{states(app, kafka_bootstrap)}")
+    done = wait_for(failed, 30, "the bad requests to fail", lambda: f"{states(app, kafka_bootstrap)}")
     for name, reason in reasons.items():
-        assert ended[name].status is Status.FAILED and reason in (ended[name].reason or ""), ended[name]
+        assert done[name].status is Status.FAILED and reason in (done[name].reason or ""), done[name]
     listed = command(kafka_bootstrap, "list", "--app", str(app), "--json")
     assert listed.returncode == 0 and len(listed.stdout.splitlines()) == len(reasons) + 1
 
@@ -128,37 +161,22 @@ def test_a_job_replays_its_records_once_and_a_bad_request_fails_saying_why(
 def test_a_job_whose_worker_is_killed_is_taken_over_and_its_output_holds_each_record_once(
     kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
 ) -> None:
-    topic, target = topic_name("activity"), topic_name("replays")
-    asyncio.run(create_topic(kafka_bootstrap, topic, 1))
-    asyncio.run(create_topic(kafka_bootstrap, target, 3))
-    records = [(f"acc-{n % 500:04d}".encode(), f"event-{n}".encode()) for n in range(RECORDS)]
-    asyncio.run(produce(kafka_bootstrap, topic, records, max_batch_size=1 << 20))
-    app = service_app(tmp_path, topic_name, {topic: 1, target: 3}, max_jobs=1)
+    app, target, records = whole_partition_job(kafka_bootstrap, topic_name, tmp_path)
     workers = {name: serve(app, kafka_bootstrap, name, tmp_path / f"{name}.log") for name in ("w1", "w2")}
-    asked = command(kafka_bootstrap, "request", topic, "--app", str(app), "--partition", "0", "--to-topic", target,
-                    "--id", "whole")  # fmt: skip
-    assert asked.returncode == 0, asked.stderr
 
-    def under_way() -> JobState | None:
-        state = states(app, kafka_bootstrap).get("whole")
-        return state if state is not None and state.status is Status.ONGOING and state.matched > 0 else None
-
-    running = wait_for(under_way, 60, "the job to be under way")
+    running = whole_job(app, kafka_bootstrap, under_way, "to be under way")
     assert running.owner in workers and running.matched < RECORDS, running
     workers[running.owner].send_signal(signal.SIGKILL)
     workers[running.owner].wait()
     survivor = next(name for name in workers if name != running.owner)
 
-    def ended() -> JobState | None:
-        state = states(app, kafka_bootstrap).get("whole")
-        return state if state is not None and state.status.ended else None
-
-    final = wait_for(ended, 120, "the job to end")
+    final = whole_job(app, kafka_bootstrap, ended, "to end")
     log = (tmp_path / f"{survivor}.log").read_text()
     assert (final.status, final.owner, final.matched, final.scanned) == (Status.COMPLETED, survivor, RECORDS, RECORDS)
     assert "taking it over" in log
     resumed = [int(line.split(" from offset ")[1].split()[0]) for line in log.splitlines() if " from offset " in line]
-    assert resumed and resumed[-1] >= running.next_offset > 0  # went on from where the killed worker had got to
+    reached = running.next_offset or 0
+    assert resumed and resumed[-1] >= reached > 0  # went on from where the killed worker had got to
     replayed = asyncio.run(read_topic(kafka_bootstrap, target))
     assert Counter((r.key, r.value) for r in replayed) == Counter(records)  # each once, none missing
     by_key: dict[bytes, list[bytes]] = {}
@@ -170,33 +188,17 @@ def test_a_job_whose_worker_is_killed_is_taken_over_and_its_output_holds_each_re
 def test_a_worker_told_to_stop_releases_its_job_and_another_goes_on_from_its_offset_at_once(
     kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
 ) -> None:
-    topic, target = topic_name("activity"), topic_name("replays")
-    asyncio.run(create_topic(kafka_bootstrap, topic, 1))
-    asyncio.run(create_topic(kafka_bootstrap, target, 3))
-    records = [(f"acc-{n % 500:04d}".encode(), f"event-{n}".encode()) for n in range(RECORDS)]
-    asyncio.run(produce(kafka_bootstrap, topic, records, max_batch_size=1 << 20))
-    app = service_app(tmp_path, topic_name, {topic: 1, target: 3}, max_jobs=1)
+    app, target, records = whole_partition_job(kafka_bootstrap, topic_name, tmp_path)
     first = serve(app, kafka_bootstrap, "w1", tmp_path / "w1.log")
-    asked = command(kafka_bootstrap, "request", topic, "--app", str(app), "--partition", "0", "--to-topic", target,
-                    "--id", "whole")  # fmt: skip
-    assert asked.returncode == 0, asked.stderr
 
-    def under_way() -> JobState | None:
-        state = states(app, kafka_bootstrap).get("whole")
-        return state if state is not None and state.status is Status.ONGOING and state.matched > 0 else None
-
-    wait_for(under_way, 60, "the job to be under way")
+    whole_job(app, kafka_bootstrap, under_way, "to be under way")
     first.send_signal(signal.SIGTERM)
     assert first.wait(30) == 0
     released = states(app, kafka_bootstrap)["whole"]
-    assert released.status is Status.OPEN and 0 < released.next_offset < RECORDS, released  # type: ignore[operator]
+    assert released.status is Status.OPEN and 0 < released.share_read < 1, released
     serve(app, kafka_bootstrap, "w2", tmp_path / "w2.log")
 
-    def ended() -> JobState | None:
-        state = states(app, kafka_bootstrap).get("whole")
-        return state if state is not None and state.status.ended else None
-
-    final = wait_for(ended, 60, "the job to end")
+    final = whole_job(app, kafka_bootstrap, ended, "to end")
     assert (final.status, final.owner, final.matched) == (Status.COMPLETED, "w2", RECORDS)
     log = (tmp_path / "w2.log").read_text()
     assert "taking it over" not in log  # an OPEN job, claimed at once: no heartbeat timeout to wait for

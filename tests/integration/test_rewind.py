@@ -55,15 +55,24 @@ def wait_until_committed(bootstrap: str, group: str, topic: str, total: int) -> 
         time.sleep(0.2)
 
 
+def checkpointing_app(
+    bootstrap: str, topic_name: TopicNamer, tmp_path: Path, **snapshots: Any
+) -> tuple[dict[str, Any], str, str]:
+    """The counting app under exactly-once with a snapshot location (and `snapshots`' other settings), its
+    input and output topics created: (app, input, output)."""
+    source, sink = topic_name("in"), topic_name("out")
+    for topic in (source, sink):
+        asyncio.run(create_topic(bootstrap, topic, PARTITIONS))
+    app = counting_app(topic_name("app"), source, sink, PARTITIONS, tmp_path / "state", "rocksdb")
+    app |= {"guarantee": "exactly_once", "commit_interval_ms": 100, "kafka": {"bootstrap_servers": bootstrap},
+            "snapshots": {"location": str(tmp_path / "checkpoints"), **snapshots}}  # fmt: skip
+    return app, source, sink
+
+
 def test_a_fixed_app_rewound_to_its_checkpoint_ends_as_if_the_bug_never_ran(
     kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
 ) -> None:
-    source, sink = topic_name("in"), topic_name("out")
-    for topic in (source, sink):
-        asyncio.run(create_topic(kafka_bootstrap, topic, PARTITIONS))
-    app = counting_app(topic_name("app"), source, sink, PARTITIONS, tmp_path / "state", "rocksdb")
-    app |= {"guarantee": "exactly_once", "commit_interval_ms": 100, "kafka": {"bootstrap_servers": kafka_bootstrap},
-            "snapshots": {"location": str(tmp_path / "checkpoints")}}  # fmt: skip
+    app, source, sink = checkpointing_app(kafka_bootstrap, topic_name, tmp_path)
     fixed = write_app(tmp_path, app, "fixed.yaml")
     app["processors"][0]["class"] = "tests.support.apps:DoubleCountPerKey"
     buggy = write_app(tmp_path, app, "buggy.yaml")
@@ -130,13 +139,8 @@ async def delete_records(bootstrap: str, topic: str, below: int) -> None:
 def test_checkpoints_taken_every_second_while_workers_are_killed_hold_exactly_their_input_offsets_state(
     kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
 ) -> None:
-    source, sink = topic_name("in"), topic_name("out")
-    for topic in (source, sink):
-        asyncio.run(create_topic(kafka_bootstrap, topic, PARTITIONS))
-    app = counting_app(topic_name("app"), source, sink, PARTITIONS, tmp_path / "state", "rocksdb")
-    app |= {"guarantee": "exactly_once", "commit_interval_ms": 100,
-            "kafka": {"bootstrap_servers": kafka_bootstrap, "consumer": FAST_FAILOVER},
-            "snapshots": {"location": str(tmp_path / "checkpoints"), "every": "1s", "keep": 1000}}  # fmt: skip
+    app, source, _ = checkpointing_app(kafka_bootstrap, topic_name, tmp_path, every="1s", keep=1000)
+    app["kafka"]["consumer"] = FAST_FAILOVER
     app["processors"][0]["class"] = "tests.support.apps:SlowCountPerKey"
     path = write_app(tmp_path, app)
     asyncio.run(produce(kafka_bootstrap, source, numbered(30_000)))

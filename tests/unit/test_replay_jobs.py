@@ -3,15 +3,19 @@ claimed, and the settings' own check."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 from pydantic import ValidationError
 
 from replay.jobs.config import ReplayJobsConfig
 from replay.jobs.intake import job_of
+from replay.jobs.service import ReplayService
 from replay.jobs.state import JobState, ReplayRequest, Status
+from runtime.config import parse_app
 
 
 def record(value: object, key: bytes | None = None, offset: int = 7) -> SimpleNamespace:
@@ -82,3 +86,45 @@ def test_takeover_waits_for_at_least_three_missed_heartbeats() -> None:
     with pytest.raises(ValidationError, match=r"takeover_after_ms \(2000\) must be at least 3 heartbeats \(3000\)"):
         ReplayJobsConfig(heartbeat_ms=1_000, takeover_after_ms=2_000)
     assert ReplayJobsConfig(heartbeat_ms=1_000, takeover_after_ms=3_000).max_jobs == 4
+
+
+class HeldRunner:
+    """Stands for a job's runner: runs until released, then says the job ended."""
+
+    started: ClassVar[list[str]] = []
+    release = asyncio.Event()
+
+    def __init__(self, job: JobState, place: object):
+        self.id = job.id
+
+    async def run(self) -> bool:
+        HeldRunner.started.append(self.id)
+        await HeldRunner.release.wait()
+        return True
+
+
+@pytest.mark.anyio
+async def test_a_worker_runs_at_most_max_jobs_at_once_and_claims_the_next_ones_as_they_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("replay.jobs.service.JobRunner", HeldRunner)
+    HeldRunner.started, HeldRunner.release = [], asyncio.Event()
+    config = parse_app({
+        "app_id": "replayer", "topics": {"a": {}},
+        "processors": [{"name": "echo", "class": "tests.support.apps:Echo", "inputs": ["a"]}],
+        "replay_jobs": {"max_jobs": 2, "heartbeat_ms": 10, "takeover_after_ms": 100},
+    })  # fmt: skip
+    service = ReplayService(config, "127.0.0.1:9", worker="w1")
+    request = ReplayRequest(id="j", topic="a", key="k", target="b")
+    for number in range(5):
+        service.board.note(JobState(id=f"job-{number}", status=Status.OPEN, request=request))
+    scheduling = asyncio.create_task(service._schedule())
+    await asyncio.sleep(1.0)
+    assert len(HeldRunner.started) == 2  # five claimable, two at once
+    for job_id in HeldRunner.started:  # as the jobs topic would say once they completed
+        service.board.note(JobState(id=job_id, status=Status.COMPLETED, request=request))
+    HeldRunner.release.set()
+    await asyncio.sleep(1.0)
+    assert set(HeldRunner.started) == {f"job-{number}" for number in range(5)}  # the other three, in turn
+    service.stop()
+    await asyncio.wait_for(scheduling, 5)

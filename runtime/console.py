@@ -6,6 +6,7 @@ import logging
 import sys
 
 from runtime import redaction
+from runtime.kafka.outages import OUTAGES
 from runtime.redaction import redact
 
 EXIT_CONFIG = 2  # a usage or configuration mistake: running again unchanged meets it again
@@ -20,6 +21,8 @@ def configure_logging(level: str) -> None:
         stream=sys.stderr,
     )
     redaction.install(logging.getLogger().handlers)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(OUTAGES)  # a broker outage told once, not in thousands of the client's errors
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
 
 

@@ -24,6 +24,7 @@ from runtime.guarantees.checkpoint import Checkpoints, Committer
 from runtime.guarantees.consumer_commits import AtLeastOnce, AtMostOnce
 from runtime.guarantees.transactions import ExactlyOnce
 from runtime.kafka.connection import Clients, start_with_retries
+from runtime.kafka.outages import report_outages
 from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import Limits
 from runtime.kafka.topic_serdes import topic_serdes
@@ -216,6 +217,7 @@ class Worker:
         register_levels(self.telemetry.metrics, self.counters, consumer, assignment, backpressure, restorer,
                         self.global_stores)  # fmt: skip
         follower = spawn(self._supervised("following the global stores", self.global_stores.follow()), "follower")
+        outages = spawn(report_outages(counters), "outage reports")
         pollers = [
             spawn(self._supervised(what, source.run()), what) for what, source in self._sources(partition_counts)
         ]
@@ -230,6 +232,7 @@ class Worker:
             )
         finally:
             follower.cancel()
+            outages.cancel()
             for poller in pollers:
                 poller.cancel()  # a transaction it leaves open is aborted by the next start
             if purger is not None:

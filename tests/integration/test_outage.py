@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -14,7 +16,7 @@ from runtime.devkafka import LocalBroker
 from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
 from tests.support.kafka_helpers import create_topic, produce, read_topic
-from tests.support.running import numbered
+from tests.support.running import numbered, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
 
@@ -66,3 +68,43 @@ async def test_queues_stay_bounded_across_a_broker_outage(private_broker: LocalB
     assert worker.counters.max_queued < PAUSE_AT + (PAUSE_AT - RESUME_AT), "past pause_at plus one poll's records"
     values = {msgpack.unpackb(r.value)["value"]["n"] for r in await read_topic(bootstrap, sink)}
     assert values == set(range(RECORDS))
+
+
+def test_a_broker_killed_for_20_s_is_told_in_a_handful_of_lines_and_nothing_is_lost(
+    private_broker: LocalBroker, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    bootstrap = private_broker.bootstrap_servers
+    source, sink = topic_name("in"), topic_name("out")
+    asyncio.run(create_topic(bootstrap, source, 1))
+    asyncio.run(produce(bootstrap, source, numbered(3_000)))
+    app = write_app(tmp_path, {
+        "app_id": topic_name("app"),
+        "topics": {source: {"partitions": 1, "key_serde": "str"}, sink: {"partitions": 1, "key_serde": "str"}},
+        "processors": [{"name": "echo", "class": "tests.support.apps:Echo", "inputs": [source], "outputs": [sink],
+                        "params": {"output": sink, "sleep_ms": 2}}],
+        "kafka": {"bootstrap_servers": bootstrap, "producer": {"request_timeout_ms": 300_000}},
+    })  # fmt: skip
+    log_path = tmp_path / "worker.log"
+    worker = spawn_worker(app, log=log_path)
+    time.sleep(3)  # a part is processed
+    assert private_broker.process is not None
+    private_broker.process.send_signal(signal.SIGKILL)
+    private_broker.process.wait()
+    private_broker.process = None
+    time.sleep(20)  # the outage itself
+    private_broker.start()
+    deadline = time.monotonic() + 120
+    while len({msgpack.unpackb(r.value)["value"]["n"] for r in asyncio.run(read_topic(bootstrap, sink))}) < 3_000:
+        assert time.monotonic() < deadline, "not every record was processed after the broker came back"
+        time.sleep(1)
+    while "Kafka is reachable again" not in log_path.read_text():  # once the client's errors have stopped
+        assert time.monotonic() < deadline, "the outage was not told over"
+        time.sleep(1)
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(60) == 0
+    lines = log_path.read_text().splitlines()
+    client_errors = [line for line in lines if " ERROR aiokafka" in line]
+    told = [line for line in lines if "Kafka is unreachable" in line or "Kafka has been unreachable" in line
+            or "Kafka is reachable again" in line]  # fmt: skip
+    assert any("Kafka is unreachable" in line for line in told) and "Kafka is reachable again" in told[-1], told
+    assert len(told) <= 4 and len(client_errors) <= 5, "\n".join(client_errors[:20])

@@ -1,0 +1,87 @@
+"""A broker outage told once: while Kafka is unreachable, the Kafka client's repeated connection errors are
+folded into the runtime's own lines.
+
+aiokafka logs an ERROR for every failed attempt of every client it runs: thousands over a minute's
+outage ("Unable connect to node", "Unable to update metadata", "Failed fetch messages", "Group
+Coordinator Request failed"), and nothing when it is over. The first of those opens an outage, told
+in one WARNING line with the error itself; while it lasts, those errors are counted instead of printed,
+and a reminder every `REMIND_S` says how long it has been; once none has come for `QUIET_S`, the outage
+is over, told with how long it lasted. Every other message passes as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from runtime.counters import Counters
+
+log = logging.getLogger("runtime.kafka")
+
+FOLDED = ("Unable connect to", "Unable to update metadata", "Failed fetch messages", "Group Coordinator Request failed")
+REMIND_S = 30.0
+QUIET_S = 5.0
+
+
+class Outages(logging.Filter):
+    """Installed on the log handlers; `tick` is called every second or so to close an outage."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self._clock = clock
+        self.since: float | None = None  # when the current outage began
+        self._last_error = 0.0
+        self._reminded = 0.0
+        self.folded = 0  # client errors not printed, in the current outage
+        self.outages = 0
+        self.seconds = 0.0  # of the outages that ended
+
+    @property
+    def unreachable(self) -> bool:
+        return self.since is not None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not (record.name.startswith("aiokafka") and record.levelno >= logging.ERROR):
+            return True
+        message = record.getMessage()
+        if not message.startswith(FOLDED):
+            return True
+        now = self._clock()
+        self._last_error = now
+        if self.since is None:
+            self.since = self._reminded = now
+            self.folded = 0
+            self.outages += 1
+            log.warning("Kafka is unreachable: %s (the client's errors like this one are not printed until it is back)",
+                        message)  # fmt: skip
+        else:
+            self.folded += 1
+        return False
+
+    def tick(self) -> None:
+        if self.since is None:
+            return
+        now = self._clock()
+        if now - self._last_error >= QUIET_S:
+            lasted = self._last_error - self.since
+            self.seconds += lasted
+            self.since = None
+            log.warning("Kafka is reachable again, after %.0f s unreachable (%d client errors not printed)", lasted,
+                        self.folded)  # fmt: skip
+        elif now - self._reminded >= REMIND_S:
+            self._reminded = now
+            log.warning("Kafka has been unreachable for %.0f s (%d client errors not printed)", now - self.since,
+                        self.folded)  # fmt: skip
+
+
+OUTAGES = Outages()
+
+
+async def report_outages(counters: Counters, every_s: float = 1.0) -> None:
+    """Close the outages that are over, and keep the worker's counters of them; until cancelled."""
+    while True:
+        await asyncio.sleep(every_s)
+        OUTAGES.tick()
+        counters.broker_outages, counters.broker_outage_seconds = OUTAGES.outages, OUTAGES.seconds

@@ -1,0 +1,53 @@
+"""A broker outage told once: the Kafka client's repeated connection errors folded into the runtime's own
+lines, an outage opened by the first and closed when none has come for a while; other messages untouched."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from runtime.kafka.outages import QUIET_S, REMIND_S, Outages
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def record(name: str, level: int, message: str) -> logging.LogRecord:
+    return logging.LogRecord(name, level, __file__, 1, message, None, None)
+
+
+def test_an_outage_is_told_when_it_begins_reminded_and_told_when_it_ends(caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    outages = Outages(clock)
+    caplog.set_level(logging.WARNING, logger="runtime.kafka")
+    passed = []
+    for second in range(70):  # seventy seconds of errors, twenty a second
+        clock.now = 1_000.0 + second
+        for _ in range(20):
+            passed.append(
+                outages.filter(record("aiokafka.client", logging.ERROR, 'Unable connect to "127.0.0.1:9092"'))
+            )
+        outages.tick()
+    assert not any(passed) and outages.unreachable
+    clock.now += QUIET_S
+    outages.tick()
+    told = [entry.getMessage() for entry in caplog.records]
+    assert told[0].startswith('Kafka is unreachable: Unable connect to "127.0.0.1:9092"')
+    assert told[1:-1] == [f"Kafka has been unreachable for {s:.0f} s ({s * 20 - 1 + 20:.0f} client errors not printed)"
+                          for s in (REMIND_S, 2 * REMIND_S)]  # fmt: skip
+    assert told[-1] == "Kafka is reachable again, after 69 s unreachable (1399 client errors not printed)"
+    assert (outages.unreachable, outages.outages, outages.seconds) == (False, 1, 69.0)
+
+
+def test_what_is_not_an_outage_passes_as_it_is() -> None:
+    outages = Outages(Clock())
+    assert outages.filter(record("aiokafka.consumer.fetcher", logging.ERROR, "Unexpected error in fetcher routine"))
+    assert outages.filter(record("aiokafka.client", logging.WARNING, 'Unable connect to "x:1"'))  # not an error
+    assert outages.filter(record("runtime.worker", logging.ERROR, "Unable connect to the database"))  # not the client
+    assert not outages.unreachable

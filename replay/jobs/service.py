@@ -27,6 +27,7 @@ from replay.jobs.state import JobState, Status
 from runtime.config import AppConfig
 from runtime.counters import Counters
 from runtime.kafka.connection import Clients, start_with_retries
+from runtime.kafka.outages import report_outages
 from runtime.kafka.topics import ensure_internal_topics
 
 log = logging.getLogger(__name__)
@@ -74,9 +75,11 @@ class ReplayService:
         async with asyncio.TaskGroup() as group:
             following = group.create_task(self.board.follow())
             taking = group.create_task(_restarted("the replay intake", intake.run))
+            outages = group.create_task(report_outages(self._place.counters))
             await self._schedule()
             following.cancel()
             taking.cancel()
+            outages.cancel()
 
     async def _schedule(self) -> None:
         try:

@@ -26,7 +26,8 @@ QUIET_S = 5.0
 
 
 class Outages(logging.Filter):
-    """Installed on the log handlers; `tick` is called every second or so to close an outage."""
+    """Installed on the log handlers; `tick`, called every second or so, closes an outage in time (without
+    it, the next error closes the one before and opens another)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         super().__init__()
@@ -49,6 +50,8 @@ class Outages(logging.Filter):
         if not message.startswith(FOLDED):
             return True
         now = self._clock()
+        if self.since is not None and now - self._last_error >= QUIET_S:
+            self.tick()  # the one before is over (in a process that does not tick)
         self._last_error = now
         if self.since is None:
             self.since = self._reminded = now

@@ -51,3 +51,24 @@ def test_what_is_not_an_outage_passes_as_it_is() -> None:
     assert outages.filter(record("aiokafka.client", logging.WARNING, 'Unable connect to "x:1"'))  # not an error
     assert outages.filter(record("runtime.worker", logging.ERROR, "Unable connect to the database"))  # not the client
     assert not outages.unreachable
+
+
+def test_without_ticks_the_next_error_after_a_quiet_while_closes_the_outage_and_opens_another(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock()
+    outages = Outages(clock)
+    caplog.set_level(logging.WARNING, logger="runtime.kafka")
+    error = record("aiokafka.client", logging.ERROR, "Unable to update metadata from [1]")
+    assert not outages.filter(error)
+    clock.now += 2
+    assert not outages.filter(error)
+    clock.now += QUIET_S + 60  # back, then gone again a minute later: no tick in between
+    assert not outages.filter(error)
+    told = [entry.getMessage() for entry in caplog.records]
+    assert [line.split(",")[0].split(":")[0] for line in told] == [
+        "Kafka is unreachable",
+        "Kafka is reachable again",
+        "Kafka is unreachable",
+    ]
+    assert outages.outages == 2 and outages.seconds == 2.0

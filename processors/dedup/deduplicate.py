@@ -16,13 +16,14 @@ whole value (a 16-byte BLAKE2b of its msgpack encoding), for records that carry 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from processors.context import Context
+from processors.fields import value_field
 from processors.params import among_outputs
 from processors.processor import Processor
 from processors.record import Record
@@ -58,17 +59,11 @@ def id_reader(spec: str) -> Callable[[Record], Any]:
         return lambda record: record.key
     if spec == "value_hash":
         return lambda record: hashlib.blake2b(msgpack.packb(record.value), digest_size=16).digest()
-    fields = spec.removeprefix("value.").split(".")
+    return value_field(spec.removeprefix("value."), _no_id_field)
 
-    def field(record: Record) -> Any:
-        found: Any = record.value
-        for name in fields:
-            if not isinstance(found, Mapping) or name not in found:
-                raise KeyError(f"the record's value has no field '{'.'.join(fields)}' to take its id from")
-            found = found[name]
-        return found
 
-    return field
+def _no_id_field(path: str) -> Exception:
+    return KeyError(f"the record's value has no field '{path}' to take its id from")
 
 
 class Deduplicate(Processor):

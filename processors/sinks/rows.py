@@ -8,9 +8,10 @@ import datetime
 import decimal
 import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
+from processors.fields import value_field
 from processors.record import Record
 
 SOURCES = ("key", "value", "topic", "partition", "offset", "timestamp")
@@ -34,17 +35,7 @@ def source_of(spec: str) -> Callable[[Record], Any]:
         raise ValueError(f"'{spec}' is none of {', '.join(SOURCES)} or value.<field>")
     if head != "value" or not path:
         return lambda record: getattr(record, head)
-    fields = path.split(".")
-
-    def field(record: Record) -> Any:
-        found: Any = record.value
-        for name in fields:
-            if not isinstance(found, Mapping) or name not in found:
-                raise RowError(f"the record's value has no field '{path}'")
-            found = found[name]
-        return found
-
-    return field
+    return value_field(path, lambda missing: RowError(f"the record's value has no field '{missing}'"))
 
 
 def converter(column: str, data_type: str) -> Callable[[Any], Any]:

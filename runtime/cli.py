@@ -14,9 +14,17 @@ from pathlib import Path
 
 from runtime.commands import COMMANDS, run_command, summary
 from runtime.config import AppConfig, ConfigError, load_app
-from runtime.console import EXIT_CONFIG, EXIT_FAILED, configure_logging, indent, report
+from runtime.console import (
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    configure_logging,
+    indent,
+    log_format_from_environment,
+    report,
+)
 from runtime.devkafka.jars import DevKafkaError
 from runtime.kafka.connection import AuthenticationRefused, BrokerUnavailable, check_clients, resolve_bootstrap
+from runtime.log_fields import LOG_FIELDS, LOG_FORMATS
 from runtime.telemetry import TelemetryError
 from runtime.worker.restarts import RestartPolicy
 from runtime.worker.supervisor import WORKER_INDEX, for_worker, run_workers
@@ -48,7 +56,16 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="process the records present at start, commit and exit",
     )
-    parser.add_argument("--log-level", default=os.environ.get("RUNTIME_LOG_LEVEL", "INFO"))
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("RUNTIME_LOG_LEVEL", "INFO"),
+        help="DEBUG, INFO, WARNING or ERROR (default: RUNTIME_LOG_LEVEL, else INFO)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help="text, or json: one object per line (default: RUNTIME_LOG_FORMAT, else the YAML's log_format, else text)",
+    )
     return parser
 
 
@@ -69,21 +86,30 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] in COMMANDS:
         return run_command(argv[0], argv[1:])
     args = _parser().parse_args(argv)
-    configure_logging(args.log_level)
+    try:
+        log_format = args.log_format or log_format_from_environment()
+    except ValueError as error:
+        return report(f"error: {error}", EXIT_CONFIG)
+    configure_logging(args.log_level, log_format or "text")
     sys.path.insert(0, os.getcwd())
     try:
         config = load_app(args.app)
         check_clients(config)
     except ConfigError as error:
         return report(f"error in {args.app}:\n{indent(str(error))}", EXIT_CONFIG)
+    if log_format is None and config.log_format is not None:
+        log_format = config.log_format
+        configure_logging(args.log_level, log_format)
+    LOG_FIELDS.app = config.app_id
     try:
         bootstrap = resolve_bootstrap(config.kafka)
     except DevKafkaError as error:
         return report(f"error: {error}", EXIT_FAILED)
     if args.workers > 1:
         policy = RestartPolicy(max_restarts=args.max_restarts)
-        return run_workers(args.workers, args.app, bootstrap, args.until_caught_up, args.log_level, policy)
-    index = int(os.environ.get(WORKER_INDEX, "0"))
+        logging_options = ["--log-level", args.log_level, "--log-format", log_format or "text"]
+        return run_workers(args.workers, args.app, bootstrap, args.until_caught_up, logging_options, policy)
+    index = LOG_FIELDS.worker = int(os.environ.get(WORKER_INDEX, "0"))
     return run_worker(for_worker(config, index), bootstrap, args.until_caught_up, args.app, index)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import signal
 import sys
 import uuid
@@ -21,7 +20,9 @@ from runtime.commands.cluster import Cluster, CommandFailed, add_app_option, con
 from runtime.commands.running import command_parser, run
 from runtime.commands.times import parse_time
 from runtime.config import AppConfig
+from runtime.console import configure_logging, log_format_from_environment
 from runtime.kafka.connection import Clients
+from runtime.log_fields import LOG_FIELDS, LOG_FORMATS
 
 EPILOG = """\
 The app YAML's `replay_jobs` section names the requests topic and the jobs topic (default
@@ -134,11 +135,23 @@ def _app(cluster: Cluster) -> AppConfig:
 def parser() -> argparse.ArgumentParser:
     parser = command_parser("replay-jobs", "Run replay jobs, request one, or list them.", EPILOG)
     commands = parser.add_subparsers(dest="command", required=True)
-    serving = commands.add_parser("serve", help="run replay jobs until stopped")
+    serving = commands.add_parser(
+        "serve",
+        help="run replay jobs until stopped",
+        description="Run the replay jobs requested on the app's requests topic until SIGINT or SIGTERM, sharing "
+        "them with the other `serve` processes of the app.",
+    )
     serving.add_argument("--worker", help="this worker's name in the jobs' states (default: host-pid)")
-    serving.add_argument("--log-level", default="INFO")
-    asking = commands.add_parser("request", help="request a replay job")
-    asking.add_argument("topic")
+    serving.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default: INFO)")
+    serving.add_argument(
+        "--log-format", choices=LOG_FORMATS, help="text, or json: one object per line (default: RUNTIME_LOG_FORMAT)"
+    )
+    asking = commands.add_parser(
+        "request",
+        help="request a replay job",
+        description="Request a replay job: one key's records (or a partition's) in a time range, written to a topic.",
+    )
+    asking.add_argument("topic", help="the topic to replay")
     which = asking.add_mutually_exclusive_group(required=True)
     which.add_argument("--key", help="the key: its partition is read, and only its records are kept")
     which.add_argument("--partition", type=int, metavar="P", help="every record of partition P in the range")
@@ -147,7 +160,9 @@ def parser() -> argparse.ArgumentParser:
     asking.add_argument("--to-topic", required=True, metavar="TOPIC", help="where the job writes the records")
     asking.add_argument("--id", help="the job's id (default: a new one); a request with a known id is dropped")
     asking.add_argument("--wait", action="store_true", help="wait for the job to end and print its last state")
-    listing = commands.add_parser("list", help="every job's latest state")
+    listing = commands.add_parser(
+        "list", help="every job's latest state", description="Print every job's latest state."
+    )
     listing.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     for sub in (serving, asking, listing):
         add_app_option(sub, required=True)
@@ -160,7 +175,8 @@ def main(argv: list[str]) -> int:
     def body() -> Any:
         cluster = connect(args.app)
         if args.command == "serve":
-            logging.getLogger().setLevel(args.log_level.upper())
+            configure_logging(args.log_level, args.log_format or log_format_from_environment() or "text")
+            LOG_FIELDS.app = cluster.app.app_id if cluster.app is not None else None
             return asyncio.run(serve(cluster, args.worker))
         if args.command == "request":
             return asyncio.run(request(cluster, args))

@@ -12,7 +12,7 @@ from aiokafka.errors import KafkaError
 
 from runtime.commands.cluster import CommandFailed
 from runtime.config import ConfigError
-from runtime.console import EXIT_CONFIG, EXIT_FAILED, configure_logging, indent, report
+from runtime.console import EXIT_CONFIG, EXIT_FAILED, configure_logging, indent, log_format_from_environment, report
 from runtime.devkafka.jars import DevKafkaError
 from runtime.errors import EngineError
 from runtime.kafka.connection import AuthenticationRefused, BrokerUnavailable
@@ -20,7 +20,10 @@ from runtime.kafka.connection import AuthenticationRefused, BrokerUnavailable
 
 def run(app: Path | None, body: Callable[[], int]) -> int:
     """`body` may load the YAML, whose classes import from the working directory as an app's do."""
-    configure_logging(os.environ.get("RUNTIME_LOG_LEVEL", "WARNING"))
+    try:
+        configure_logging(os.environ.get("RUNTIME_LOG_LEVEL", "WARNING"), log_format_from_environment() or "text")
+    except ValueError as error:
+        return report(f"error: {error}", EXIT_CONFIG)
     sys.path.insert(0, os.getcwd())
     try:
         return body()

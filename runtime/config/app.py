@@ -14,7 +14,9 @@ from runtime.config.kafka import KafkaConfig
 from runtime.config.processors import ProcessorConfig
 from runtime.config.stores import GlobalStoreConfig, SnapshotsConfig, StoreConfig
 from runtime.config.topics import TopicConfig
+from runtime.health.config import HealthConfig
 from runtime.kafka.options import INT32_MAX
+from runtime.log_fields import LogFormat
 from runtime.schema_registry.config import SchemaRegistryConfig
 from runtime.schema_registry.topic_checks import check_registry_topics
 from runtime.telemetry.config import TelemetryConfig
@@ -75,6 +77,8 @@ class AppConfig(Strict):
     state_dir: Path = Path("state")
     snapshots: SnapshotsConfig | None = None
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    health: HealthConfig | None = None  # /live and /ready over HTTP
+    log_format: LogFormat | None = None  # --log-format and RUNTIME_LOG_FORMAT come first; unset: text
     schema_registry: SchemaRegistryConfig | None = None
     outboxes: dict[str, OutboxConfig] = Field(default_factory=dict)  # database tables shipped to Kafka
     table_followers: dict[str, TableFollowerConfig] = Field(default_factory=dict)  # tables into compacted topics

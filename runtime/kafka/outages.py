@@ -43,6 +43,9 @@ class Outages(logging.Filter):
     def unreachable(self) -> bool:
         return self.since is not None
 
+    def unreachable_for(self) -> float:
+        return 0.0 if self.since is None else self._clock() - self.since
+
     def filter(self, record: logging.LogRecord) -> bool:
         if not (record.name.startswith("aiokafka") and record.levelno >= logging.ERROR):
             return True

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 Attributes = Mapping[str, AttributeValue]
 PartitionValues = Mapping[tuple[str, int], int]
 Unregister = Callable[[], None]
+Readiness = tuple[bool, bool]  # ready, Kafka unreachable
 
 PROCESSOR: Final = "kafka_actor.processor"
 COUNTER: Final = "kafka_actor.counter"
@@ -63,6 +64,8 @@ COUNTER_FIELDS: Final = {
     "snapshot_ingests": ("restore.snapshot.ingests", "{partition}", "Store partitions loaded from snapshots."),
     "snapshot_rows": ("restore.snapshot.rows", "{row}", "Rows loaded from store snapshots."),
     "snapshot_seconds": ("restore.snapshot.time", "s", "Time spent loading store snapshots."),
+    "broker_outages": ("kafka.outages", "{outage}", "Times Kafka became unreachable."),
+    "broker_outage_seconds": ("kafka.outage.time", "s", "How long the outages that ended lasted."),
 }
 
 # Per-record processing is usually well under a millisecond; the SDK's default buckets start at 5 ms.
@@ -119,6 +122,7 @@ class RuntimeMetrics:
         self._global: _Sources[Mapping[tuple[str, int], tuple[int, int]]] = _Sources(
             "global-store offsets", self._common
         )
+        self._readiness: _Sources[Readiness] = _Sources("readiness", self._common)
         self._processor_attributes: dict[str, Attributes] = {}
         self._commit_attributes = {
             transactional: {**self._common, "kafka_actor.transactional": transactional}
@@ -173,6 +177,13 @@ class RuntimeMetrics:
         ):
             meter.create_observable_gauge(PREFIX + name, [self._observe_global(which)], "{record}", description)
 
+        meter.create_observable_gauge(
+            PREFIX + "worker.ready", [self._observe_readiness(0)], "1", "1 when the worker is ready (/ready), else 0."
+        )
+        meter.create_observable_gauge(
+            PREFIX + "kafka.unreachable", [self._observe_readiness(1)], "1", "1 while Kafka is unreachable, else 0."
+        )
+
     # Registration: each returns a function that removes what it registered (e.g. when a worker stops).
 
     def register_counters(self, counters: Counters, attributes: Attributes | None = None) -> Unregister:
@@ -208,6 +219,10 @@ class RuntimeMetrics:
     ) -> Unregister:
         """`callback` returns {(global-store topic, partition): (next offset applied, end offset)}."""
         return self._global.add(callback, attributes)
+
+    def register_readiness(self, callback: Callable[[], Readiness], attributes: Attributes | None = None) -> Unregister:
+        """`callback` returns (ready, Kafka unreachable)."""
+        return self._readiness.add(callback, attributes)
 
     # Recorded as they happen: call only when `enabled`.
 
@@ -286,6 +301,12 @@ class RuntimeMetrics:
             key = tuple(sorted(attributes.items()))
             totals[key] = totals.get(key, 0) + count
         return [Observation(value, dict(key)) for key, value in totals.items()]
+
+    def _observe_readiness(self, which: int) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(int(values[which]), dict(attributes)) for values, attributes in self._readiness.read()]
+
+        return observe
 
     def _observe_restore(self, which: int) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def observe(options: CallbackOptions) -> Iterable[Observation]:

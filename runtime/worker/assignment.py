@@ -23,6 +23,7 @@ from runtime.counters import Counters
 from runtime.errors import StopAfterCommit, TaskLost
 from runtime.guarantees.checkpoint import Checkpoints
 from runtime.kafka.outputs import Outputs
+from runtime.log_fields import CURRENT_TASK
 from runtime.state.task_state import TaskState
 from runtime.task.broadcast import BroadcastReader
 from runtime.task.context import TaskContext
@@ -135,6 +136,7 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
         self._actors[task] = self._spawn(self._live(task), f"task {task.id}")
 
     async def _live(self, task: Task) -> None:
+        CURRENT_TASK.set((str(task.id), task.id.partition))  # on every line this actor logs
         try:
             task.phase = TaskPhase.RESTORING
             await self._checkpoints.committer.claim(task)

@@ -38,9 +38,9 @@ STOP_GRACE_S = 30.0
 
 
 def run_workers(
-    count: int, app: Path, bootstrap: str, until_caught_up: bool, log_level: str, policy: RestartPolicy
+    count: int, app: Path, bootstrap: str, until_caught_up: bool, logging_options: list[str], policy: RestartPolicy
 ) -> int:
-    command = [sys.executable, "-m", "runtime", str(app), "--log-level", log_level]
+    command = [sys.executable, "-m", "runtime", str(app), *logging_options]
     if until_caught_up:
         command.append("--until-caught-up")
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap}
@@ -170,10 +170,15 @@ class Supervisor:
 
 
 def for_worker(config: AppConfig, index: int) -> AppConfig:
-    """The config of worker `index` of `--workers N`: its Prometheus endpoint on the configured port
-    plus its index, so that the N processes on one host do not all try to bind one port."""
-    metrics = config.telemetry.metrics
-    if not index or metrics.exporter != "prometheus":
+    """The config of worker `index` of `--workers N`: its Prometheus and health endpoints on the configured
+    ports plus its index, so that the N processes on one host do not all try to bind one port."""
+    if not index:
         return config
-    metrics = metrics.model_copy(update={"port": metrics.port + index})
-    return config.model_copy(update={"telemetry": config.telemetry.model_copy(update={"metrics": metrics})})
+    update: dict[str, object] = {}
+    metrics = config.telemetry.metrics
+    if metrics.exporter == "prometheus":
+        metrics = metrics.model_copy(update={"port": metrics.port + index})
+        update["telemetry"] = config.telemetry.model_copy(update={"metrics": metrics})
+    if config.health is not None:
+        update["health"] = config.health.model_copy(update={"port": config.health.port + index})
+    return config.model_copy(update=update)

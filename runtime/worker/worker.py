@@ -23,8 +23,9 @@ from runtime.global_stores.stores import GlobalStores
 from runtime.guarantees.checkpoint import Checkpoints, Committer
 from runtime.guarantees.consumer_commits import AtLeastOnce, AtMostOnce
 from runtime.guarantees.transactions import ExactlyOnce
+from runtime.health import HealthServer, Probes
 from runtime.kafka.connection import Clients, start_with_retries
-from runtime.kafka.outages import report_outages
+from runtime.kafka.outages import OUTAGES, report_outages
 from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import Limits
 from runtime.kafka.topic_serdes import topic_serdes
@@ -44,6 +45,7 @@ from runtime.worker.levels import register_levels
 from runtime.worker.outcome import Outcome
 from runtime.worker.poll_loop import poll
 from runtime.worker.purge import RepartitionPurge
+from runtime.worker.readiness import BOOTSTRAPPING, JOINING, Readiness
 from runtime.worker.unfetched import Unfetched
 from sources.outbox.poller import OutboxPoller
 from sources.table_follower.follower import TableFollower
@@ -89,6 +91,7 @@ class Worker:
         self._limits: Limits = {}
         self._shared: Outputs | None = None
         self.ready = asyncio.Event()  # set once partitions were first assigned
+        self.readiness = Readiness(self._outcome, self.ready)
 
     def stop(self) -> None:
         """Stop taking records, finish those in flight, commit, close (safe from a signal handler)."""
@@ -99,14 +102,36 @@ class Worker:
         return self._backpressure.paused() if self._backpressure is not None else set()
 
     async def run(self) -> None:
+        health = beat = None
         try:
+            health = self._health_server()
+            if health is not None:
+                beat = asyncio.create_task(health.probes.beat(), name="health beat")
             await self._run()
         finally:
+            if beat is not None:
+                beat.cancel()
+            if health is not None:
+                health.stop()
             if self._owns_telemetry:
                 self.telemetry.shutdown()  # exports what is still buffered
         failure = self._outcome.failure
         if failure is not None:
             raise WorkerFailed(str(failure)) from failure
+
+    def _health_server(self) -> HealthServer | None:
+        """Serving from now until the worker has stopped, so that a probe sees it start, restore and stop."""
+        self.telemetry.metrics.register_readiness(lambda: (self.readiness.ready, OUTAGES.unreachable))
+        config = self.config.health
+        if config is None:
+            return None
+        probes = Probes(config.stall_s, self.readiness.reasons)
+        try:
+            server = HealthServer(probes, config.host, config.port)
+        except OSError as error:
+            raise WorkerFailed(f"health endpoints: cannot listen on {config.host}:{config.port}: {error}") from error
+        server.start()
+        return server
 
     async def _run(self) -> None:
         admin = self._clients.admin()
@@ -116,6 +141,7 @@ class Worker:
             self._limits = await describe_limits(admin, self.config, sorted(partition_counts))
         finally:
             await admin.close()
+        self.readiness.phase = BOOTSTRAPPING
         try:
             try:
                 attributes = {"kafka_actor.global_stores": sorted(self.config.global_stores)}
@@ -124,6 +150,7 @@ class Worker:
             except StoreError as error:  # a refused snapshot, a store in use: the message says it all
                 raise WorkerFailed(str(error)) from error
             freeze_what_lives()  # modules, clients and the global stores' tables: they live as long as the worker
+            self.readiness.phase = JOINING
             await self._run_clients(partition_counts)
         finally:
             await self.global_stores.close()
@@ -214,6 +241,8 @@ class Worker:
         bounded_run = None
         if end_offsets is not None:
             bounded_run = BoundedRun(config, consumer, end_offsets, backpressure, assignment, checkpoints)
+        self.readiness.tasks = assignment.tasks.values
+        self.readiness.records_to_restore = lambda: sum(left for _, left in list(restorer.partitions.values()))
         register_levels(self.telemetry.metrics, self.counters, consumer, assignment, backpressure, restorer,
                         self.global_stores)  # fmt: skip
         follower = spawn(self._supervised("following the global stores", self.global_stores.follow()), "follower")

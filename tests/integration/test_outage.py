@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import msgpack
 import pytest
+import yaml
 
 from runtime.config import parse_app
 from runtime.devkafka import LocalBroker
+from runtime.devkafka.broker import free_port
 from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
+from tests.support.health import Answer, probe
 from tests.support.kafka_helpers import create_topic, produce, read_topic
 from tests.support.running import numbered, spawn_worker, write_app
 
@@ -73,38 +78,65 @@ async def test_queues_stay_bounded_across_a_broker_outage(private_broker: LocalB
 def test_a_broker_killed_for_20_s_is_told_in_a_handful_of_lines_and_nothing_is_lost(
     private_broker: LocalBroker, topic_name: TopicNamer, tmp_path: Path
 ) -> None:
+    """Told in the worker's JSON log, and seen by the readiness probe: not ready while Kafka is away."""
     bootstrap = private_broker.bootstrap_servers
     source, sink = topic_name("in"), topic_name("out")
     asyncio.run(create_topic(bootstrap, source, 1))
     asyncio.run(produce(bootstrap, source, numbered(3_000)))
+    health_port = free_port()
     app = write_app(tmp_path, {
         "app_id": topic_name("app"),
         "topics": {source: {"partitions": 1, "key_serde": "str"}, sink: {"partitions": 1, "key_serde": "str"}},
         "processors": [{"name": "echo", "class": "tests.support.apps:Echo", "inputs": [source], "outputs": [sink],
                         "params": {"output": sink, "sleep_ms": 2}}],
         "kafka": {"bootstrap_servers": bootstrap, "producer": {"request_timeout_ms": 300_000}},
+        "health": {"host": "127.0.0.1", "port": health_port},
+        "log_format": "json",
     })  # fmt: skip
     log_path = tmp_path / "worker.log"
     worker = spawn_worker(app, log=log_path)
-    time.sleep(3)  # a part is processed
+    wait_for(lambda: probe(health_port, "/ready") == (200, {"ready": True}), "the worker is ready", 60)
     assert private_broker.process is not None
     private_broker.process.send_signal(signal.SIGKILL)
     private_broker.process.wait()
     private_broker.process = None
-    time.sleep(20)  # the outage itself
+    killed = time.monotonic()
+    unready = wait_for(lambda: unreachable(probe(health_port, "/ready")), "the worker is not ready", 20)
+    assert probe(health_port, "/live") == (200, {"live": True})
+    time.sleep(max(0.0, 20 - (time.monotonic() - killed)))  # the rest of the outage
     private_broker.start()
+    wait_for(lambda: probe(health_port, "/ready") == (200, {"ready": True}), "the worker is ready again", 120)
     deadline = time.monotonic() + 120
     while len({msgpack.unpackb(r.value)["value"]["n"] for r in asyncio.run(read_topic(bootstrap, sink))}) < 3_000:
         assert time.monotonic() < deadline, "not every record was processed after the broker came back"
         time.sleep(1)
-    while "Kafka is reachable again" not in log_path.read_text():  # once the client's errors have stopped
-        assert time.monotonic() < deadline, "the outage was not told over"
-        time.sleep(1)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(60) == 0
-    lines = log_path.read_text().splitlines()
-    client_errors = [line for line in lines if " ERROR aiokafka" in line]
-    told = [line for line in lines if "Kafka is unreachable" in line or "Kafka has been unreachable" in line
-            or "Kafka is reachable again" in line]  # fmt: skip
-    assert any("Kafka is unreachable" in line for line in told) and "Kafka is reachable again" in told[-1], told
-    assert len(told) <= 4 and len(client_errors) <= 5, "\n".join(client_errors[:20])
+    lines = [json.loads(line) for line in log_path.read_text().splitlines()]  # each line an object
+    assert {line["app"] for line in lines} == {app_id(app)}
+    client_errors = [line for line in lines if line["logger"].startswith("aiokafka") and line["level"] == "ERROR"]
+    told = [line["message"] for line in lines if line["message"].startswith(("Kafka is", "Kafka has been"))]
+    assert told[0].startswith("Kafka is unreachable") and told[-1].startswith("Kafka is reachable again"), told
+    assert len(told) <= 4 and len(client_errors) <= 5, client_errors[:20]
+    assert unready[1]["reasons"][0].startswith("Kafka unreachable for"), unready
+
+
+def unreachable(answer: Answer | None) -> Answer | None:
+    if answer is not None and answer[0] == 503 and any("Kafka unreachable" in r for r in answer[1]["reasons"]):
+        return answer
+    return None
+
+
+T = TypeVar("T")
+
+
+def wait_for(answer: Callable[[], T | None], what: str, timeout: float) -> T:
+    deadline = time.monotonic() + timeout
+    while not (found := answer()):
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.1)
+    return found
+
+
+def app_id(app: Path) -> str:
+    return str(yaml.safe_load(app.read_text())["app_id"])

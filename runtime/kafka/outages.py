@@ -4,9 +4,11 @@ folded into the runtime's own lines.
 aiokafka logs an ERROR for every failed attempt of every client it runs: thousands over a minute's
 outage ("Unable connect to node", "Unable to update metadata", "Failed fetch messages", "Group
 Coordinator Request failed"), and nothing when it is over. The first of those opens an outage, told
-in one WARNING line with the error itself; while it lasts, those errors are counted instead of printed,
-and a reminder every `REMIND_S` says how long it has been; once none has come for `QUIET_S`, the outage
-is over, told with how long it lasted. Every other message passes as it is.
+in one WARNING line with the error itself; while it lasts, those errors, and what the client says of the
+outage's consequences (the group coordinator marked dead, heartbeats failing, requests to a node not
+ready), are counted by kind instead of printed, and a reminder every `REMIND_S` says how long it has
+been; once no error has come for `QUIET_S`, the outage is over, told with how long it lasted and what was
+not printed. Every other message passes as it is, and so does everything outside an outage.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from runtime.counters import Counters
@@ -21,6 +24,13 @@ from runtime.counters import Counters
 log = logging.getLogger("runtime.kafka")
 
 FOLDED = ("Unable connect to", "Unable to update metadata", "Failed fetch messages", "Group Coordinator Request failed")
+# Said of an outage's consequences, once or a few times each: folded only while an outage is open.
+CONSEQUENCES = {
+    "coordinator dead": "the group coordinator marked dead",
+    "Heartbeat": "failed heartbeats",
+    "NodeNotReadyError": "requests to a node not ready",
+    "KafkaConnectionError": "connections closed",
+}
 REMIND_S = 30.0
 QUIET_S = 5.0
 
@@ -35,7 +45,7 @@ class Outages(logging.Filter):
         self.since: float | None = None  # when the current outage began
         self._last_error = 0.0
         self._reminded = 0.0
-        self.folded = 0  # client errors not printed, in the current outage
+        self.folded: Counter[str] = Counter()  # client messages not printed in the current outage, by kind
         self.outages = 0
         self.seconds = 0.0  # of the outages that ended
 
@@ -47,24 +57,39 @@ class Outages(logging.Filter):
         return 0.0 if self.since is None else self._clock() - self.since
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not (record.name.startswith("aiokafka") and record.levelno >= logging.ERROR):
+        if not record.name.startswith("aiokafka") or record.levelno < logging.WARNING:
             return True
         message = record.getMessage()
-        if not message.startswith(FOLDED):
-            return True
+        error = next((kind for kind in FOLDED if message.startswith(kind)), None)
+        if error is None or record.levelno < logging.ERROR:
+            return self._consequence(message)
         now = self._clock()
         if self.since is not None and now - self._last_error >= QUIET_S:
             self.tick()  # the one before is over (in a process that does not tick)
         self._last_error = now
         if self.since is None:
             self.since = self._reminded = now
-            self.folded = 0
+            self.folded = Counter()
             self.outages += 1
             log.warning("Kafka is unreachable: %s (the client's errors like this one are not printed until it is back)",
                         message)  # fmt: skip
         else:
-            self.folded += 1
+            self.folded[f"'{error}'"] += 1
         return False
+
+    def _consequence(self, message: str) -> bool:
+        """Whether to print a client message that opens no outage: not if it tells of the open one's consequences."""
+        if self.since is None:
+            return True
+        kind = next((kind for pattern, kind in CONSEQUENCES.items() if pattern in message), None)
+        if kind is None:
+            return True
+        self.folded[kind] += 1
+        return False
+
+    def _not_printed(self) -> str:
+        kinds = ", ".join(f"{count} {kind}" for kind, count in self.folded.most_common())
+        return f"{self.folded.total()} client messages not printed" + (f": {kinds}" if kinds else "")
 
     def tick(self) -> None:
         if self.since is None:
@@ -74,12 +99,11 @@ class Outages(logging.Filter):
             lasted = self._last_error - self.since
             self.seconds += lasted
             self.since = None
-            log.warning("Kafka is reachable again, after %.0f s unreachable (%d client errors not printed)", lasted,
-                        self.folded)  # fmt: skip
+            log.warning("Kafka is reachable again, after %.0f s unreachable (%s)", lasted, self._not_printed())
         elif now - self._reminded >= REMIND_S:
             self._reminded = now
-            log.warning("Kafka has been unreachable for %.0f s (%d client errors not printed)", now - self.since,
-                        self.folded)  # fmt: skip
+            log.warning("Kafka has been unreachable for %.0f s (%d client messages not printed)", now - self.since,
+                        self.folded.total())  # fmt: skip
 
 
 OUTAGES = Outages()

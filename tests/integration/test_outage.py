@@ -114,7 +114,7 @@ def test_a_broker_killed_for_20_s_is_told_in_a_handful_of_lines_and_nothing_is_l
     assert worker.wait(60) == 0
     lines = [json.loads(line) for line in log_path.read_text().splitlines()]  # each line an object
     assert {line["app"] for line in lines} == {app_id(app)}
-    client_errors = [line for line in lines if line["logger"].startswith("aiokafka") and line["level"] == "ERROR"]
+    client_errors = [line for line in lines if line["logger"].startswith("aiokafka") and line["level"] != "INFO"]
     told = [line["message"] for line in lines if line["message"].startswith(("Kafka is", "Kafka has been"))]
     assert told[0].startswith("Kafka is unreachable") and told[-1].startswith("Kafka is reachable again"), told
     assert len(told) <= 4 and len(client_errors) <= 5, client_errors[:20]

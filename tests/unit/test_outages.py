@@ -39,9 +39,13 @@ def test_an_outage_is_told_when_it_begins_reminded_and_told_when_it_ends(caplog:
     outages.tick()
     told = [entry.getMessage() for entry in caplog.records]
     assert told[0].startswith('Kafka is unreachable: Unable connect to "127.0.0.1:9092"')
-    assert told[1:-1] == [f"Kafka has been unreachable for {s:.0f} s ({s * 20 - 1 + 20:.0f} client errors not printed)"
-                          for s in (REMIND_S, 2 * REMIND_S)]  # fmt: skip
-    assert told[-1] == "Kafka is reachable again, after 69 s unreachable (1399 client errors not printed)"
+    assert told[1:-1] == [
+        f"Kafka has been unreachable for {s:.0f} s ({s * 20 - 1 + 20:.0f} client messages not printed)"
+        for s in (REMIND_S, 2 * REMIND_S)
+    ]
+    assert told[-1] == (
+        "Kafka is reachable again, after 69 s unreachable (1399 client messages not printed: 1399 'Unable connect to')"
+    )
     assert (outages.unreachable, outages.outages, outages.seconds) == (False, 1, 69.0)
 
 
@@ -51,6 +55,30 @@ def test_what_is_not_an_outage_passes_as_it_is() -> None:
     assert outages.filter(record("aiokafka.client", logging.WARNING, 'Unable connect to "x:1"'))  # not an error
     assert outages.filter(record("runtime.worker", logging.ERROR, "Unable connect to the database"))  # not the client
     assert not outages.unreachable
+
+
+def test_the_outages_consequences_are_folded_while_it_lasts_and_told_by_kind(caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    outages = Outages(clock)
+    caplog.set_level(logging.WARNING, logger="runtime.kafka")
+    coordinator = record(
+        "aiokafka.consumer.group_coordinator", logging.WARNING, "Marking the coordinator dead (node 1)"
+    )
+    expired = record(
+        "aiokafka.consumer.group_coordinator", logging.ERROR, "Heartbeat session expired - marking coordinator dead"
+    )
+    assert outages.filter(coordinator) and outages.filter(expired)  # no outage: said as it is
+    assert not outages.filter(record("aiokafka.client", logging.ERROR, "Unable to update metadata from [1]"))
+    assert not outages.filter(coordinator) and not outages.filter(expired)
+    assert not outages.filter(record("aiokafka", logging.ERROR, "Failed fetch messages from 1: NodeNotReadyError"))
+    assert outages.filter(record("aiokafka.producer", logging.ERROR, "Message too large"))  # not about the outage
+    clock.now += QUIET_S
+    outages.tick()
+    assert caplog.records[-1].getMessage() == (
+        "Kafka is reachable again, after 0 s unreachable (3 client messages not printed: "
+        "2 the group coordinator marked dead, 1 'Failed fetch messages')"
+    )
+    assert outages.filter(coordinator)  # over: said again
 
 
 def test_without_ticks_the_next_error_after_a_quiet_while_closes_the_outage_and_opens_another(

@@ -107,7 +107,7 @@ async def _writer(cluster: Cluster, args: argparse.Namespace, serdes: TopicSerde
 
 def parser() -> argparse.ArgumentParser:
     parser = command_parser("replay", "Replay one key's records (or one partition's) in a time range.", EPILOG)
-    parser.add_argument("topic")
+    parser.add_argument("topic", help="the topic to read")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--key", help="the key: its partition is read, and only its records are kept")
     which.add_argument("--partition", type=int, metavar="P", help="every record of partition P in the range")

@@ -44,12 +44,18 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("app", type=Path, help="the app's YAML file")
-    parser.add_argument("--workers", type=_at_least(1), default=1, help="worker processes in the consumer group")
+    parser.add_argument(
+        "--workers",
+        type=_at_least(1),
+        default=1,
+        help="worker processes in the consumer group (default 1: the worker runs in this process)",
+    )
     parser.add_argument(
         "--max-restarts",
         type=_at_least(0),
         default=RestartPolicy.max_restarts,
-        help="with --workers N: restarts in a row of a worker that keeps dying within a minute, before all stop",
+        help="with --workers N: restarts in a row of a worker that keeps dying within a minute, before all stop "
+        "(default %(default)s; 0: none)",
     )
     parser.add_argument(
         "--until-caught-up",

@@ -137,7 +137,7 @@ def parser() -> argparse.ArgumentParser:
         "consumer group and commits nothing.",
         EPILOG,
     )
-    parser.add_argument("topic")
+    parser.add_argument("topic", help="the topic to read")
     parser.add_argument(
         "--from",
         dest="start",

@@ -190,7 +190,7 @@ def parser() -> argparse.ArgumentParser:
         "Write records to a topic from JSON lines, encoded with the topic's serdes.",
         EPILOG,
     )
-    parser.add_argument("topic")
+    parser.add_argument("topic", help="the topic to write to")
     parser.add_argument("--file", type=Path, help="read the lines from this file (default: stdin)")
     parser.add_argument("--rate", type=_positive, metavar="N", help="at most N records per second")
     add_app_option(parser)

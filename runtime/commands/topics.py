@@ -217,15 +217,21 @@ def parser() -> argparse.ArgumentParser:
         EPILOG,
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="list|describe|create")
-    listing = actions.add_parser("list", help="the topics' names")
+    listing = actions.add_parser("list", help="the topics' names", description="Print the topics' names.")
     listing.add_argument("--all", action="store_true", help="Kafka's internal topics too (__consumer_offsets, ...)")
     describing = actions.add_parser(
-        "describe", help="partitions, leaders and replicas, configs set on the topic, offsets and sizes"
+        "describe",
+        help="partitions, leaders and replicas, configs set on the topic, offsets and sizes",
+        description="Describe topics: partitions, leaders and replicas, the configs set on each topic, offsets "
+        "and sizes on disk.",
     )
     describing.add_argument("topics", nargs="*", help="default: the app's topics, else every topic")
     describing.add_argument("--json", action="store_true", help="as JSON")
     creating = actions.add_parser(
-        "create", help="the app's topics as its YAML declares them, its changelogs and dead-letter topic"
+        "create",
+        help="the app's topics as its YAML declares them, its changelogs and dead-letter topic",
+        description="Create what the app needs before it runs, as its start does: its topics as its YAML declares "
+        "them, its stores' changelogs and its dead-letter topic. Prints 'created' or 'exists' for each.",
     )
     for action in (listing, describing):
         add_app_option(action)

@@ -9,14 +9,23 @@ from runtime.devkafka import managed
 from runtime.devkafka.jars import DevKafkaError, kafka_version
 
 
-def main(argv: list[str]) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m runtime dev-kafka",
-        description="Run a local single-node Apache Kafka (KRaft) on 127.0.0.1 for development.",
+        description="Run a local single-node Apache Kafka (KRaft) on 127.0.0.1 for development. Its jars and "
+        "data live under RUNTIME_CACHE_DIR (default ~/.cache/kafka-actor-runtime).",
     )
-    parser.add_argument("action", choices=["start", "stop", "status"])
-    parser.add_argument("--port", type=int, default=None, help="listener port (default 9092, or a free one)")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "action",
+        choices=["start", "stop", "status"],
+        help="start the broker (or find it running), stop it, or print where it runs (exit 1: it does not)",
+    )
+    parser.add_argument("--port", type=int, default=None, help="start: listener port (default 9092, else a free one)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
     try:
         if args.action == "start":
             broker, started = managed.start(args.port)

@@ -9,14 +9,26 @@ from runtime.devpostgres import managed
 from runtime.devpostgres.server import DevPostgresError
 
 
-def main(argv: list[str]) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m runtime dev-postgres",
-        description="Run a local PostgreSQL (Debian's package, a throwaway cluster) on 127.0.0.1 for development.",
+        description="Run a local PostgreSQL (Debian's package, a throwaway cluster) on 127.0.0.1 for development, "
+        "and print its DATABASE_URL. Its data lives under RUNTIME_CACHE_DIR (default ~/.cache/kafka-actor-runtime; "
+        "as root, the system's temporary directory).",
     )
-    parser.add_argument("action", choices=["start", "stop", "status"])
-    parser.add_argument("--port", type=int, default=None, help="port (default 5432, or a free one)")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "action",
+        choices=["start", "stop", "status"],
+        help="start the server (or find it running), stop it, or print its DATABASE_URL (exit 1: not running)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=None, help="start: port (default 5432 or the last one, else a free one)"
+    )
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
     try:
         if args.action == "start":
             server, started = managed.start(args.port)

@@ -52,9 +52,17 @@ def log_format_from_environment() -> LogFormat | None:
 
 
 def report(message: str, exit_code: int) -> int:
-    """Every error a command prints goes through the same redaction as the log."""
-    print(redact(message), file=sys.stderr)
+    """Every error a command prints goes through the same redaction as the log, and is a line of the JSON log
+    when the log is JSON (a log pipeline then reads why a worker stopped)."""
+    if _logs_json():
+        logging.getLogger("runtime").error(message)
+    else:
+        print(redact(message), file=sys.stderr)
     return exit_code
+
+
+def _logs_json() -> bool:
+    return any(isinstance(handler.formatter, JsonFormatter) for handler in logging.getLogger().handlers)
 
 
 def indent(text: str) -> str:

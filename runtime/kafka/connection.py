@@ -23,6 +23,7 @@ from aiokafka.errors import (
 )
 
 from runtime.config import AppConfig, ConfigError, Guarantee, KafkaConfig
+from runtime.kafka.outages import OUTAGES
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,7 @@ async def start_with_retries(what: str, bootstrap: str, start: Callable[[], Awai
                     f"cannot reach Kafka at {bootstrap} for the {what} after {attempt} attempts: {error!r}"
                 ) from error
             log.warning("Kafka at %s unreachable for the %s (%r); retrying in %.1fs", bootstrap, what, error, delay)
+            OUTAGES.retrying_in(delay)  # an outage the client's errors opened is not over while the runtime waits
             await asyncio.sleep(delay)
             delay = min(delay * 2, 8.0)
     raise AssertionError("unreachable")

@@ -45,6 +45,7 @@ class Outages(logging.Filter):
         self.since: float | None = None  # when the current outage began
         self._last_error = 0.0
         self._reminded = 0.0
+        self._quiet_until = 0.0  # no errors are expected before then: the runtime waits before trying again
         self.folded: Counter[str] = Counter()  # client messages not printed in the current outage, by kind
         self.outages = 0
         self.seconds = 0.0  # of the outages that ended
@@ -52,6 +53,10 @@ class Outages(logging.Filter):
     @property
     def unreachable(self) -> bool:
         return self.since is not None
+
+    def retrying_in(self, seconds: float) -> None:
+        """The runtime waits `seconds` before its next attempt: no error until then does not end the outage."""
+        self._quiet_until = max(self._quiet_until, self._clock() + seconds)
 
     def unreachable_for(self) -> float:
         return 0.0 if self.since is None else self._clock() - self.since
@@ -64,7 +69,7 @@ class Outages(logging.Filter):
         if error is None or record.levelno < logging.ERROR:
             return self._consequence(message)
         now = self._clock()
-        if self.since is not None and now - self._last_error >= QUIET_S:
+        if self.since is not None and self._over(now):
             self.tick()  # the one before is over (in a process that does not tick)
         self._last_error = now
         if self.since is None:
@@ -91,11 +96,14 @@ class Outages(logging.Filter):
         kinds = ", ".join(f"{count} {kind}" for kind, count in self.folded.most_common())
         return f"{self.folded.total()} client messages not printed" + (f": {kinds}" if kinds else "")
 
+    def _over(self, now: float) -> bool:
+        return now - max(self._last_error, self._quiet_until) >= QUIET_S
+
     def tick(self) -> None:
         if self.since is None:
             return
         now = self._clock()
-        if now - self._last_error >= QUIET_S:
+        if self._over(now):
             lasted = self._last_error - self.since
             self.seconds += lasted
             self.since = None

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 from tests.support.config_cli import REPO
@@ -76,3 +77,12 @@ def test_the_format_is_taken_from_the_environment_and_a_wrong_one_is_refused() -
     refused = subprocess.run([sys.executable, "-m", "runtime", "app.yaml"], cwd=REPO, capture_output=True, text=True,
                              env=environment, timeout=60, check=False)  # fmt: skip
     assert refused.returncode == 2 and "RUNTIME_LOG_FORMAT: 'xml' is not one of text, json" in refused.stderr
+
+
+def test_why_a_worker_stopped_is_a_line_of_the_json_log(tmp_path: Path) -> None:
+    app = tmp_path / "app.yaml"
+    app.write_text("app_id: a\nprocessors: []\n")
+    result = subprocess.run([sys.executable, "-m", "runtime", str(app), "--log-format", "json"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    last = json.loads(result.stderr.splitlines()[-1])
+    assert result.returncode == 2 and last["level"] == "ERROR" and last["message"].startswith(f"error in {app}")

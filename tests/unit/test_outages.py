@@ -100,3 +100,17 @@ def test_without_ticks_the_next_error_after_a_quiet_while_closes_the_outage_and_
         "Kafka is unreachable",
     ]
     assert outages.outages == 2 and outages.seconds == 2.0
+
+
+def test_an_outage_is_not_over_while_the_runtime_waits_to_try_again(caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    outages = Outages(clock)
+    caplog.set_level(logging.WARNING, logger="runtime.kafka")
+    assert not outages.filter(record("aiokafka.client", logging.ERROR, 'Unable connect to "127.0.0.1:9092"'))
+    outages.retrying_in(8.0)  # a start-up retry's backoff: no client errors meanwhile
+    clock.now += 8.0 + QUIET_S - 1
+    outages.tick()
+    assert outages.unreachable
+    clock.now += 1
+    outages.tick()
+    assert not outages.unreachable

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from runtime.config import AppConfig, Guarantee
+from runtime.config import AppConfig, ConfigError, Guarantee
 from runtime.counters import Counters
 from runtime.global_stores.stores import GlobalStores
 from runtime.guarantees.checkpoint import Checkpoints, Committer
@@ -128,8 +128,10 @@ class Worker:
         probes = Probes(config.stall_s, self.readiness.reasons)
         try:
             server = HealthServer(probes, config.host, config.port)
-        except OSError as error:
-            raise WorkerFailed(f"health endpoints: cannot listen on {config.host}:{config.port}: {error}") from error
+        except OSError as error:  # a port in use: the YAML names it, as a Prometheus port in use is told
+            raise ConfigError(
+                f"health.port: cannot serve the health endpoints on {config.host}:{config.port} ({error.strerror})"
+            ) from error
         server.start()
         return server
 

@@ -629,11 +629,28 @@ def test_a_prometheus_port_in_use_is_a_config_error(guard_dir: Path, tmp_path: P
     )
 
 
-def test_each_of_several_workers_serves_prometheus_on_the_port_after_the_one_before() -> None:
+def test_a_health_port_in_use_is_a_config_error(guard_dir: Path, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        path = write_yaml(tmp_path / "app.yaml", {**VALID, "health": {"host": "127.0.0.1", "port": port}})
+        result = run_cli(path, guard_dir)
+    assert_config_error(
+        result.stderr,
+        result.returncode,
+        path,
+        (rf"health.port: cannot serve the health endpoints on 127.0.0.1:{port} \(Address already in use\)",),
+    )
+
+
+def test_each_of_several_workers_serves_prometheus_and_health_on_the_port_after_the_one_before() -> None:
     app = copy.deepcopy(VALID)
     app["telemetry"] = {"metrics": {"exporter": "prometheus", "port": 9500}}
+    app["health"] = {"port": 8100}
     config = parse_app(app)
     assert [for_worker(config, index).telemetry.metrics.port for index in range(3)] == [9500, 9501, 9502]
+    assert [for_worker(config, index).health.port for index in range(3)] == [8100, 8101, 8102]  # type: ignore[union-attr]
     assert for_worker(config, 2).telemetry.metrics.host == config.telemetry.metrics.host
     pushed = parse_app({**VALID, "telemetry": {"metrics": {"exporter": "otlp"}}})
     assert for_worker(pushed, 2) == pushed  # only a served endpoint needs a port of its own

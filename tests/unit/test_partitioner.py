@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from aiokafka.partitioner import murmur2 as aiokafka_murmur2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stores.partitioner import murmur2, partition_for
+from stores.partitioner import murmur2, partition_for, positive_hash
 
 # aiokafka's tests/test_partitioner.py (test_murmur2_java_compatibility): partitions of 1000,
 # as computed by Kafka's Java partitioner.
@@ -27,6 +28,22 @@ JAVA_MURMUR2 = [
     (b"a-little-bit-longer-string", -1486304829),
     (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
     (b"abc", 479470107),
+]
+
+# librdkafka's unittest_murmur2 (src/rdmurmur2.c): the Java client's murmur2 as unsigned 32 bits. The
+# suffixes of "1234" and of the long key cover every tail length, and "" the empty key.
+LIBRDKAFKA_MURMUR2 = [
+    (b"kafka", 0xD067CF64),
+    (b"giberish123456789", 0x8F552B0C),
+    (b"1234", 0x9FC97B14),
+    (b"234", 0xE7C009CA),
+    (b"34", 0x873930DA),
+    (b"4", 0x5A4B5CA1),
+    (b"PreAmbleWillBeRemoved,ThePrePartThatIs", 0x78424F1C),
+    (b"reAmbleWillBeRemoved,ThePrePartThatIs", 0x4A62B377),
+    (b"eAmbleWillBeRemoved,ThePrePartThatIs", 0xE0E4E09E),
+    (b"AmbleWillBeRemoved,ThePrePartThatIs", 0x62B8B43F),
+    (b"", 0x106E08D9),
 ]
 
 
@@ -78,6 +95,14 @@ def test_known_partitions_at_1000(key: bytes, expected: int) -> None:
 @pytest.mark.parametrize(("key", "expected"), JAVA_MURMUR2)
 def test_kafka_murmur2_vectors(key: bytes, expected: int) -> None:
     assert murmur2(key) == expected & 0xFFFFFFFF
+    assert positive_hash(key) == expected & 0x7FFFFFFF  # Utils.toPositive
+
+
+@pytest.mark.parametrize(("key", "expected"), LIBRDKAFKA_MURMUR2)
+def test_librdkafka_murmur2_vectors(key: bytes, expected: int) -> None:
+    assert murmur2(key) == expected
+    assert positive_hash(key) == expected & 0x7FFFFFFF
+    assert partition_for(key, 12) == (expected & 0x7FFFFFFF) % 12
 
 
 @pytest.mark.parametrize(("key", "expected"), JAVA_MURMUR2)
@@ -91,6 +116,8 @@ def test_reference_port_agrees_with_the_vectors() -> None:
         assert java_murmur2(key) == expected
     for key, partition in AT_1000_PARTITIONS:
         assert java_partition(key, 1000) == partition
+    for key, unsigned in LIBRDKAFKA_MURMUR2:
+        assert java_murmur2(key) & 0xFFFFFFFF == unsigned
 
 
 def test_same_as_aiokafkas_default_partitioner() -> None:
@@ -116,9 +143,24 @@ def test_in_range_and_same_as_java(key: bytes, partitions: int) -> None:
     partition = partition_for(key, partitions)
     assert 0 <= partition < partitions
     assert partition == java_partition(key, partitions)
-    assert partition_for(key, partitions) == partition  # the cache answers the same
 
 
 @given(key=st.binary(max_size=64))
 def test_murmur2_is_an_unsigned_32_bit_int(key: bytes) -> None:
     assert 0 <= murmur2(key) <= 0xFFFFFFFF
+
+
+@given(key=st.binary(max_size=300), partitions=st.integers(min_value=1, max_value=2**31 - 1))
+def test_same_as_aiokafkas_pure_python_murmur2(key: bytes, partitions: int) -> None:
+    """The compiled hash against aiokafka's port of Utils.murmur2, on any bytes (empty, >= 0x80, every tail)."""
+    expected: int = aiokafka_murmur2(key)
+    assert murmur2(key) == expected
+    assert positive_hash(key) == expected & 0x7FFFFFFF
+    assert partition_for(key, partitions) == (expected & 0x7FFFFFFF) % partitions
+
+
+def test_only_bytes_keys() -> None:
+    """Record keys are bytes; anything else is refused rather than hashed some other way."""
+    for key in ("abc", bytearray(b"abc"), memoryview(b"abc")):
+        with pytest.raises(TypeError):
+            partition_for(key, 3)  # type: ignore[arg-type]

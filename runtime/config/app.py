@@ -12,7 +12,7 @@ from replay.jobs.config import ReplayJobsConfig
 from runtime.config.common import MAX_TRANSACTION_TIMEOUT_MS, NAME, Strict, derived_topic, valid_topic_name
 from runtime.config.kafka import KafkaConfig
 from runtime.config.processors import ProcessorConfig
-from runtime.config.stores import GlobalStoreConfig, SnapshotsConfig, StoreConfig
+from runtime.config.stores import GlobalStoreConfig, RocksDBConfig, SnapshotsConfig, StoreConfig
 from runtime.config.topics import TopicConfig
 from runtime.health.config import HealthConfig
 from runtime.kafka.options import INT32_MAX
@@ -75,6 +75,7 @@ class AppConfig(Strict):
     create_topics: bool = True
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
     state_dir: Path = Path("state")
+    rocksdb: RocksDBConfig = Field(default_factory=RocksDBConfig)
     snapshots: SnapshotsConfig | None = None
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     health: HealthConfig | None = None  # /live and /ready over HTTP

@@ -47,6 +47,13 @@ class SnapshotsConfig(Strict):
         return location
 
 
+class RocksDBConfig(Strict):
+    """What every RocksDB store of a worker shares: `memory_mb` bounds their block cache and memtables
+    together (stores/rocksdb.py `SharedMemory`), however many stores and partitions the worker has."""
+
+    memory_mb: int = Field(default=64, ge=8)
+
+
 class StoreConfig(Strict):
     """A task-local store of a `kind`: key-value, window or session. With a changelog it survives crashes
     and moves with its partition."""

@@ -123,6 +123,7 @@ class RuntimeMetrics:
             "global-store offsets", self._common
         )
         self._readiness: _Sources[Readiness] = _Sources("readiness", self._common)
+        self._rocksdb_memory: _Sources[tuple[int, int]] = _Sources("RocksDB memory", self._common)
         self._processor_attributes: dict[str, Attributes] = {}
         self._commit_attributes = {
             transactional: {**self._common, "kafka_actor.transactional": transactional}
@@ -178,6 +179,18 @@ class RuntimeMetrics:
             meter.create_observable_gauge(PREFIX + name, [self._observe_global(which)], "{record}", description)
 
         meter.create_observable_gauge(
+            PREFIX + "rocksdb.memory.used",
+            [self._observe_rocksdb_memory(0)],
+            "By",
+            "What the worker's RocksDB stores hold in memory: blocks and memtables.",
+        )
+        meter.create_observable_gauge(
+            PREFIX + "rocksdb.memory.budget",
+            [self._observe_rocksdb_memory(1)],
+            "By",
+            "rocksdb.memory_mb of the app, in bytes.",
+        )
+        meter.create_observable_gauge(
             PREFIX + "worker.ready", [self._observe_readiness(0)], "1", "1 when the worker is ready (/ready), else 0."
         )
         meter.create_observable_gauge(
@@ -219,6 +232,12 @@ class RuntimeMetrics:
     ) -> Unregister:
         """`callback` returns {(global-store topic, partition): (next offset applied, end offset)}."""
         return self._global.add(callback, attributes)
+
+    def register_rocksdb_memory(
+        self, callback: Callable[[], tuple[int, int]], attributes: Attributes | None = None
+    ) -> Unregister:
+        """`callback` returns (bytes held, the budget in bytes)."""
+        return self._rocksdb_memory.add(callback, attributes)
 
     def register_readiness(self, callback: Callable[[], Readiness], attributes: Attributes | None = None) -> Unregister:
         """`callback` returns (ready, Kafka unreachable)."""
@@ -301,6 +320,12 @@ class RuntimeMetrics:
             key = tuple(sorted(attributes.items()))
             totals[key] = totals.get(key, 0) + count
         return [Observation(value, dict(key)) for key, value in totals.items()]
+
+    def _observe_rocksdb_memory(self, which: int) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(values[which], dict(attributes)) for values, attributes in self._rocksdb_memory.read()]
+
+        return observe
 
     def _observe_readiness(self, which: int) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def observe(options: CallbackOptions) -> Iterable[Observation]:

@@ -11,6 +11,7 @@ from runtime.state.restore import ChangelogRestorer
 from runtime.telemetry.metrics import RuntimeMetrics
 from runtime.worker.assignment import Assignment
 from runtime.worker.backpressure import Backpressure
+from stores.rocksdb import SHARED_MEMORY
 
 
 def register_levels(
@@ -45,3 +46,4 @@ def register_levels(
     metrics.register_paused_partitions(lambda: len(backpressure.paused()))
     metrics.register_restore(lambda: dict(restorer.partitions))
     metrics.register_global_store_offsets(global_stores.positions)
+    metrics.register_rocksdb_memory(lambda: (SHARED_MEMORY.usage_bytes(), SHARED_MEMORY.budget_bytes))

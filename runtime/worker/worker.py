@@ -50,6 +50,7 @@ from runtime.worker.unfetched import Unfetched
 from sources.outbox.poller import OutboxPoller
 from sources.table_follower.follower import TableFollower
 from stores import StoreError
+from stores.rocksdb import SHARED_MEMORY
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,7 @@ class Worker:
             config.telemetry, config.app_id, config.group_id, worker=index, install_global=True
         )
         self.counters = Counters()
+        SHARED_MEMORY.set_budget(config.rocksdb.memory_mb)
         self._index = index
         self._clients = Clients(config, bootstrap_servers)
         self.global_stores = GlobalStores(config, self._clients, self.counters)

@@ -105,6 +105,7 @@ def register_everything(metrics: RuntimeMetrics) -> None:
     metrics.register_restore(lambda: {("app-store-changelog", 0): (10, 5)})
     metrics.register_global_store_offsets(lambda: {("rates", 0): (3, 7)})
     metrics.register_readiness(lambda: (True, False))
+    metrics.register_rocksdb_memory(lambda: (30_000_000, 64 * 1024 * 1024))
     metrics.record_processing(0.3, "enrich")
     metrics.record_commit(12.0, transactional=True)
 

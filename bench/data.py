@@ -13,6 +13,8 @@ from stores.partitioner import partition_for
 from stores.serdes import resolve_serde
 
 DISTINCT_KEYS = 10_000
+NOTE = "benchmark-payload"
+PLAIN_BYTES = 90  # the msgpack size of an unpadded value whose id is 65,536 or more (86 to 89 bytes below)
 BATCH_BYTES = 512 * 1024
 
 
@@ -21,15 +23,17 @@ def make_key(index: int, keys: int = DISTINCT_KEYS) -> str:
     return f"user-{index % keys:06d}"
 
 
-def make_value(index: int, keys: int = DISTINCT_KEYS) -> dict[str, Any]:
-    """About 100 bytes once msgpack-encoded, about 115 as JSON."""
+def make_value(index: int, keys: int = DISTINCT_KEYS, value_bytes: int | None = None) -> dict[str, Any]:
+    """About 100 bytes once msgpack-encoded, about 115 as JSON; with `value_bytes`, `note` is padded with dots
+    so that the msgpack value is about that many bytes (a few more: a longer str's header)."""
+    note = NOTE if value_bytes is None else NOTE + "." * max(0, value_bytes - PLAIN_BYTES)
     return {
         "id": index,
         "user": make_key(index, keys),
         "amount": round(index * 0.37 % 1000, 2),
         "currency": "EUR",
         "ts": 1_700_000_000_000 + index,
-        "note": "benchmark-payload",
+        "note": note,
     }
 
 
@@ -88,10 +92,11 @@ async def fill_topic(
     keys: int = DISTINCT_KEYS,
     value_serde: str = "msgpack",
     timestamp: Callable[[int], int] | None = None,
+    value_bytes: int | None = None,
 ) -> float:
     """Produce `records` records over `keys` distinct keys (record i has key i mod `keys`) into `topic`,
     values encoded by the runtime's `value_serde`, as an app's output would be; record i's timestamp is
-    `timestamp(i)` (ms), or the time of sending without it.
+    `timestamp(i)` (ms), or the time of sending without it; `value_bytes` pads the values (`make_value`).
 
     Returns the records per second achieved.
     """
@@ -108,7 +113,7 @@ async def fill_topic(
         for index in range(records):
             slot = index % keys
             stamp = timestamp(index) if timestamp is not None else None
-            await out.append(encoded[slot], encode(make_value(index, keys)), targets[slot], stamp)
+            await out.append(encoded[slot], encode(make_value(index, keys, value_bytes)), targets[slot], stamp)
             if index % 100_000 == 99_999:
                 await out.flush()
         await out.flush()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import threading
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -72,8 +74,9 @@ class SharedMemory:
     def __init__(self, megabytes: int = DEFAULT_MEMORY_MB) -> None:
         self._megabytes = megabytes
         self._parts: tuple[Cache, WriteBufferManager] | None = None
-        self._open: dict[int, Rdict] = {}
+        self._open: weakref.WeakSet[RocksDBBackend] = weakref.WeakSet()  # one left unclosed still goes away
         self._write_buffer_bytes = self._share(1)
+        self._lock = threading.Lock()  # checkpoints and snapshots open databases in threads of their own
 
     @property
     def budget_bytes(self) -> int:
@@ -87,13 +90,15 @@ class SharedMemory:
         """The memtable size of a database about to open."""
         return self._share(len(self._open) + 1)
 
-    def opened(self, database: Rdict) -> None:
-        self._open[id(database)] = database
-        self._resize()
+    def opened(self, database: RocksDBBackend) -> None:
+        with self._lock:
+            self._open.add(database)
+            self._resize()
 
-    def closing(self, database: Rdict) -> None:
-        self._open.pop(id(database), None)
-        self._resize()
+    def closing(self, database: RocksDBBackend) -> None:
+        with self._lock:
+            self._open.discard(database)
+            self._resize()
 
     def set_budget(self, megabytes: int) -> None:
         """The app's `rocksdb.memory_mb`; databases already open follow it too."""
@@ -102,15 +107,16 @@ class SharedMemory:
             cache, memtables = self._parts
             cache.set_capacity(self.budget_bytes)
             memtables.set_buffer_size(self.budget_bytes // 2)
-        self._resize()
+        with self._lock:
+            self._resize()
 
     def _resize(self) -> None:
         size = self._share(len(self._open))
         if size == self._write_buffer_bytes:
             return
         self._write_buffer_bytes = size
-        for database in self._open.values():
-            database.set_options({"write_buffer_size": str(size)})
+        for database in list(self._open):
+            database.resize_memtable(size)
 
     def parts(self) -> tuple[Cache, WriteBufferManager]:
         """Made on the first open."""
@@ -171,6 +177,7 @@ class RocksDBBackend:
         self._path = Path(path)
         self._write_failed = False
         self._db, self._meta, self._offsets = self._open()
+        SHARED_MEMORY.opened(self)
 
     def _open(self) -> tuple[Rdict, ColumnFamily | None, dict[int, int]]:
         create = not self._path.exists() or not any(self._path.iterdir())
@@ -180,7 +187,6 @@ class RocksDBBackend:
             db = Rdict(str(self._path), data_options, column_families={_META_COLUMN_FAMILY: offsets_options})
         except Exception as exc:
             raise _open_error(self._path, exc) from exc
-        SHARED_MEMORY.opened(db)
         meta = db.get_column_family(_META_COLUMN_FAMILY)
         offsets: dict[int, int] = {}
         for key, value in meta.items():
@@ -188,6 +194,10 @@ class RocksDBBackend:
             offsets[_source_of(key)] = _OFFSET.unpack(value)[0]
         del meta  # a column family object keeps the database, and its lock, alive
         return db, db.get_column_family_handle(_META_COLUMN_FAMILY), offsets
+
+    def resize_memtable(self, size: int) -> None:
+        if self._meta is not None:
+            self._db.set_options({"write_buffer_size": str(size)})
 
     def get(self, key: bytes) -> bytes | None:
         try:
@@ -275,6 +285,7 @@ class RocksDBBackend:
         self.close()
         wipe(self._path)
         self._db, self._meta, self._offsets = self._open()
+        SHARED_MEMORY.opened(self)
 
     def close(self) -> None:
         """Flush and release the lock, so another process can open the store at once; idempotent.
@@ -286,7 +297,7 @@ class RocksDBBackend:
         if self._meta is None:  # closed already
             return
         self._meta = None  # the handle would keep the database, and its lock, alive
-        SHARED_MEMORY.closing(self._db)
+        SHARED_MEMORY.closing(self)
         try:
             self._db.close()
         except Exception as exc:

@@ -143,6 +143,20 @@ class Outputs:
                     continue
             add(target, record)
 
+    def append_changes(self, topic: str, partition: int, changes: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """A store's changelog records, all to one partition, without headers: the open batch is looked up
+        once, not per record (a store of many keys logs about as many records as it takes in)."""
+        target, add = (topic, partition), self._add
+        open_batch = self._open.get(target)
+        for key, value in changes:
+            record: Output = (topic, key, value, (), None, None, "")
+            if open_batch is not None and open_batch[0].append(timestamp=None, key=key, value=value,
+                                                               headers=_NO_HEADERS) is not None:  # fmt: skip
+                open_batch[1].append(record)
+                continue
+            add(target, record)
+            open_batch = self._open[target]
+
     def _add(self, target: tuple[str, int], record: Output) -> None:
         _, key, value, headers, timestamp_ms, _, _ = record
         # aiokafka's batch builder takes lists only, and only reads them (it encodes them right away),

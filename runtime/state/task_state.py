@@ -144,9 +144,8 @@ class TaskState:
         """Hand the stores' changes since the last commit to the output path, as changelog records."""
         for entry in self.stores.values():
             if entry.changelog is not None and not entry.mirrors_input:
-                topic, partition, append = entry.changelog.topic, entry.changelog.partition, self._outputs.append
-                for key, value in entry.store.take_changes().items():
-                    append(topic, key, value, partition=partition)
+                changelog = entry.changelog
+                self._outputs.append_changes(changelog.topic, changelog.partition, entry.store.take_changes().items())
 
     def flush(self, committed: Mapping[TopicPartition, int]) -> None:
         """Write pending changes with the changelog offset they are covered by (after the acks); a table's

@@ -195,21 +195,18 @@ class _Module:
                 self.constants[target] = value.value
 
     def is_environ(self, node: ast.expr) -> bool:
-        if isinstance(node, ast.Name):
-            return node.id in self.environ_names
-        return (
-            isinstance(node, ast.Attribute)
-            and node.attr == "environ"
-            and isinstance(node.value, ast.Name)
-            and node.value.id in self.os_names
-        )
+        return self._is_os(node, "environ", self.environ_names)
 
     def is_getenv(self, node: ast.expr) -> bool:
+        return self._is_os(node, "getenv", self.getenv_names)
+
+    def _is_os(self, node: ast.expr, attribute: str, imported_as: set[str]) -> bool:
+        """`os.<attribute>` (under any name `os` was imported as), or a name it was imported as itself."""
         if isinstance(node, ast.Name):
-            return node.id in self.getenv_names
+            return node.id in imported_as
         return (
             isinstance(node, ast.Attribute)
-            and node.attr == "getenv"
+            and node.attr == attribute
             and isinstance(node.value, ast.Name)
             and node.value.id in self.os_names
         )

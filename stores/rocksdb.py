@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from rocksdict import (
+    BlockBasedIndexType,
     BlockBasedOptions,
     Cache,
     Checkpoint,
@@ -139,7 +140,14 @@ def _options(create: bool, write_buffer_bytes: int) -> Options:
     table = BlockBasedOptions()
     table.set_block_cache(cache)
     table.set_bloom_filter(10, False)
+    # Index and filters in the cache, within the budget, and partitioned: a point lookup reads a 4 KB part
+    # of each, not a whole file's (megabytes, checksummed) when a store outgrows the cache. Measured on a
+    # 5M-key store under a 16 MB budget: 8.6 µs a lookup partitioned, 27.6 µs whole.
     table.set_cache_index_and_filter_blocks(True)
+    table.set_index_type(BlockBasedIndexType.two_level_index_search())
+    table.set_partition_filters(True)
+    table.set_metadata_block_size(4096)
+    table.set_pin_top_level_index_and_filter(True)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
     options = Options(raw_mode=True)
     options.create_if_missing(create)

@@ -97,6 +97,17 @@ def resolve_bootstrap(kafka: KafkaConfig) -> str:
     return broker.bootstrap_servers
 
 
+FETCH_BUDGET_BYTES = 16 * 1024 * 1024
+"""What the group consumer fetches for all its partitions at most, shared out among them: with Kafka's default
+of 1 MB a partition, a worker of 96 partitions had an RSS of 750 MB, against 217 MB at 128 KB a partition,
+and was no faster."""
+
+
+def fetch_bytes_per_partition(partitions: int) -> int:
+    """`max_partition_fetch_bytes` for a consumer of `partitions` partitions: 1 MB down to 64 KB."""
+    return min(1024 * 1024, max(64 * 1024, FETCH_BUDGET_BYTES // max(1, partitions)))
+
+
 class Clients:
     """Builds aiokafka clients: common options, then the per-client options from the YAML."""
 
@@ -114,6 +125,17 @@ class Clients:
 
     def consumer(self, **overrides: Any) -> AIOKafkaConsumer:
         return AIOKafkaConsumer(**self.consumer_options(**overrides))
+
+    def group_consumer(self, partitions: int) -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(**self.group_consumer_options(partitions))
+
+    def group_consumer_options(self, partitions: int) -> dict[str, Any]:
+        """The consumer of the app's group, which may be given all `partitions` of its inputs; its fetch size a
+        partition is their share of `FETCH_BUDGET_BYTES` unless the YAML sets `max_partition_fetch_bytes`."""
+        options = self.consumer_options()
+        if "max_partition_fetch_bytes" not in self._config.kafka.consumer:
+            options["max_partition_fetch_bytes"] = fetch_bytes_per_partition(partitions)
+        return options
 
     def consumer_options(self, **overrides: Any) -> dict[str, Any]:
         """A consumer's keyword arguments, picklable: a reader process builds the same consumer from them."""

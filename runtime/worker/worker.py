@@ -163,7 +163,7 @@ class Worker:
         # Under exactly-once every task has its own transactional producer instead of this shared one.
         exactly_once = self.config.guarantee is Guarantee.EXACTLY_ONCE
         producer = None if exactly_once else self._clients.producer()
-        consumer = self._clients.consumer()
+        consumer = self._clients.group_consumer(sum(partition_counts[topic] for topic in self.config.input_topics()))
         if producer is not None:
             await start_with_retries("producer", self._clients.bootstrap_servers, producer.start)
         try:

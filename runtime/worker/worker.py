@@ -94,6 +94,7 @@ class Worker:
         self._shared: Outputs | None = None
         self.ready = asyncio.Event()  # set once partitions were first assigned
         self.readiness = Readiness(self._outcome, self.ready)
+        self.telemetry.metrics.register_readiness(lambda: (self.readiness.ready, OUTAGES.unreachable))
 
     def stop(self) -> None:
         """Stop taking records, finish those in flight, commit, close (safe from a signal handler)."""
@@ -123,7 +124,6 @@ class Worker:
 
     def _health_server(self) -> HealthServer | None:
         """Serving from now until the worker has stopped, so that a probe sees it start, restore and stop."""
-        self.telemetry.metrics.register_readiness(lambda: (self.readiness.ready, OUTAGES.unreachable))
         config = self.config.health
         if config is None:
             return None

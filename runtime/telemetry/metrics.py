@@ -180,21 +180,27 @@ class RuntimeMetrics:
 
         meter.create_observable_gauge(
             PREFIX + "rocksdb.memory.used",
-            [self._observe_rocksdb_memory(0)],
+            [self._observe_one_of(self._rocksdb_memory, 0)],
             "By",
             "What the worker's RocksDB stores hold in memory: blocks and memtables.",
         )
         meter.create_observable_gauge(
             PREFIX + "rocksdb.memory.budget",
-            [self._observe_rocksdb_memory(1)],
+            [self._observe_one_of(self._rocksdb_memory, 1)],
             "By",
             "rocksdb.memory_mb of the app, in bytes.",
         )
         meter.create_observable_gauge(
-            PREFIX + "worker.ready", [self._observe_readiness(0)], "1", "1 when the worker is ready (/ready), else 0."
+            PREFIX + "worker.ready",
+            [self._observe_one_of(self._readiness, 0)],
+            "1",
+            "1 when the worker is ready (/ready), else 0.",
         )
         meter.create_observable_gauge(
-            PREFIX + "kafka.unreachable", [self._observe_readiness(1)], "1", "1 while Kafka is unreachable, else 0."
+            PREFIX + "kafka.unreachable",
+            [self._observe_one_of(self._readiness, 1)],
+            "1",
+            "1 while Kafka is unreachable, else 0.",
         )
 
     # Registration: each returns a function that removes what it registered (e.g. when a worker stops).
@@ -321,15 +327,14 @@ class RuntimeMetrics:
             totals[key] = totals.get(key, 0) + count
         return [Observation(value, dict(key)) for key, value in totals.items()]
 
-    def _observe_rocksdb_memory(self, which: int) -> Callable[[CallbackOptions], Iterable[Observation]]:
-        def observe(options: CallbackOptions) -> Iterable[Observation]:
-            return [Observation(values[which], dict(attributes)) for values, attributes in self._rocksdb_memory.read()]
+    @staticmethod
+    def _observe_one_of(
+        sources: _Sources[tuple[int, int]] | _Sources[Readiness], which: int
+    ) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        """Each source's value at `which` of the tuple its callback returns (a bool counts as 1 or 0)."""
 
-        return observe
-
-    def _observe_readiness(self, which: int) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
-            return [Observation(int(values[which]), dict(attributes)) for values, attributes in self._readiness.read()]
+            return [Observation(int(values[which]), dict(attributes)) for values, attributes in sources.read()]
 
         return observe
 

@@ -24,6 +24,8 @@ import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from bench.app import RuntimeProcess, disk_usage, tree_rss
 from bench.broker import create_topics, kafka
 from bench.data import fill_topic
@@ -54,13 +56,12 @@ def parse_args() -> argparse.Namespace:
 
 
 def scrape(port: int) -> dict[str, float]:
-    """The worker's metrics, summed over their series by name."""
+    """The worker's metrics, summed over their series by sample name."""
     totals: dict[str, float] = {}
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith("kafka_actor_"):
-                name = line.split("{", 1)[0].split(" ", 1)[0]
-                totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        for family in text_string_to_metric_families(response.read().decode()):
+            for sample in family.samples:
+                totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
     return totals
 
 

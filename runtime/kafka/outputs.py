@@ -30,7 +30,7 @@ from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit
 from runtime.kafka.record_limits import REFUSALS, HeaderList, Headers, Limits, record_size
 from runtime.telemetry.trace_headers import TRACEPARENT, TRACEPARENT_CLASS, fields_of
-from stores.partitioner import partition_for, positive_hash
+from stores.partitioner import KAFKA_SEED, POSITIVE, murmurhash2, partition_for
 
 __all__ = ["HeaderList", "Headers", "Output", "Outputs", "OutputsRefused", "UnknownTopicError"]
 
@@ -126,15 +126,15 @@ class Outputs:
     def append_all(self, records: Iterable[Output]) -> None:
         """Append output records, each to its partition by Kafka's partitioner. The common case, a record
         without headers whose batch has room, is done here, without a call per record."""
-        add, counts, round_robin, hashed, opened = (
-            self._add, self._partition_counts, self._round_robin, positive_hash, self._open
+        add, counts, round_robin, murmur, seed, opened = (
+            self._add, self._partition_counts, self._round_robin, murmurhash2, KAFKA_SEED, self._open
         )  # fmt: skip
         for record in records:
             topic, key = record[0], record[1]
             if key is None:
                 target = (topic, next(round_robin) % self.partitions(topic))
             else:
-                target = (topic, hashed(key) % counts[topic])  # partition_for, without its frame
+                target = (topic, (murmur(key, seed) & POSITIVE) % counts[topic])  # partition_for, without its frame
             if not record[3]:
                 open_batch = opened.get(target)
                 if open_batch is not None and open_batch[0].append(timestamp=record[4], key=key, value=record[2],

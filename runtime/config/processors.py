@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Any
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
@@ -14,6 +15,32 @@ from runtime.config.common import MAX_PARTITIONS, NAME, Strict, import_subclass,
 from runtime.config.processor_params import checked_params, with_stores_params_need
 from runtime.config.stores import StoreConfig, TableConfig
 from stores.serdes import import_object
+
+
+class ConcurrencyOrder(StrEnum):
+    KEY = "key"  # records with the same key in offset order; different keys overlap
+    PARTITION = "partition"  # one record at a time, in offset order
+    NONE = "none"  # any order
+
+
+class ConcurrencyConfig(Strict):
+    """How many of a task's records its processor works on at once (runtime/task/in_flight.py)."""
+
+    max_in_flight: int = Field(default=1, ge=1, le=100_000)
+    order: ConcurrencyOrder = ConcurrencyOrder.PARTITION
+
+    @model_validator(mode="after")
+    def _partition_order_is_one_at_a_time(self) -> ConcurrencyConfig:
+        if self.order is ConcurrencyOrder.PARTITION and self.max_in_flight > 1:
+            raise ValueError(
+                "order 'partition' processes one record at a time; with max_in_flight above 1, "
+                "choose order 'key' (in order per key) or 'none'"
+            )
+        return self
+
+    @property
+    def concurrent(self) -> bool:
+        return self.order is not ConcurrencyOrder.PARTITION
 
 
 class RepartitionConfig(Strict):
@@ -41,6 +68,7 @@ class ProcessorConfig(Strict):
     _repartition_topic: str | None = PrivateAttr(default=None)  # set by the app: the topic it reads instead
     params: dict[str, Any] = Field(default_factory=dict)
     stores: dict[str, StoreConfig] = Field(default_factory=dict, validate_default=True)  # the class may add some
+    concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
 
     _params_fit_class = field_validator("params")(classmethod(lambda cls, params, info: checked_params(params, info)))
     _stores_params_need = field_validator("stores", mode="before")(
@@ -98,6 +126,19 @@ class ProcessorConfig(Strict):
         if store in self.stores or store in self.tables:
             raise ValueError(f"stores.{store}: the name is the processor's broadcast positions' store")
         self.stores[store] = StoreConfig(backend="rocksdb", changelog=True)
+        return self
+
+    @model_validator(mode="after")
+    def _concurrency_takes_records_as_they_come(self) -> ProcessorConfig:
+        """Records in flight together are taken as they come: not chosen one at a time by a merge
+        processor, nor ordered against a table's updates (a record would see the table as of a later time)."""
+        if not self.concurrency.concurrent:
+            return self
+        if self.chooses_records:
+            raise ValueError("concurrency: a merge processor chooses its records one at a time; it takes none")
+        if self.tables:
+            raise ValueError("concurrency: a processor with tables processes its records one at a time, in "
+                             "timestamp order with the tables' updates")  # fmt: skip
         return self
 
     @model_validator(mode="after")

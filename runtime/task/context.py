@@ -108,6 +108,16 @@ class TaskContext(Context):
             self._refused = kept
             self.__post_init__()
 
+    def for_record(self, source: Any, output_time: int, stream_time: int) -> TaskContext:
+        """The context of one record among several in flight (runtime/task/in_flight.py): the task's, with
+        the record's own outputs, source, time and stream time, so that records in flight together do not
+        mix them."""
+        context = object.__new__(TaskContext)
+        context.__dict__.update(self.__dict__)
+        context.pending, context.source, context.output_time = [], source, output_time
+        context.latest_timestamp = stream_time
+        return context
+
     @property
     def app_id(self) -> str:
         return self._app_id
@@ -131,6 +141,13 @@ class TaskContext(Context):
     def next_stream_time_due(self) -> int:
         """The stream time at which the next stream-time punctuation is due (NEVER when there is none)."""
         return min((p.due for p in self.stream_time_punctuators), default=NEVER)
+
+    def punctuation_due(self, now: float) -> bool:
+        """Whether a punctuation is due: stream time reached one's due time, or `now` (the clock's
+        monotonic time) a wall-clock one's."""
+        return self.next_stream_time_due() <= self.latest_timestamp or any(
+            punctuator.due <= now for punctuator in self.punctuators
+        )
 
     def stream_time_now(self) -> StreamTimeCheckpoint:
         return StreamTimeCheckpoint(self.latest_timestamp, {p: p.due for p in self.stream_time_punctuators})

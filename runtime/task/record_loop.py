@@ -11,7 +11,9 @@ punctuation due. The offset and the counters are brought up to date once per bat
 There are two loops: the plain one, and one with a span around each sampled record and its
 processing time measured. They share every path but the call itself, and tests run both. A merge
 processor's records come one at a time instead, each decoded while it waits at the head of its queue
-(`decode`) and processed once chosen (`process_chosen`), through the same policies and spans.
+(`decode`) and processed once chosen (`process_chosen`), through the same policies and spans. A processor
+with concurrency has its records decoded here, in order, and handed over to be processed several at a
+time (`runtime/task/in_flight.py`), each with a context of its own (`_process_in_flight`).
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from aiokafka import TopicPartition
 
 from processors.processor import Processor
 from processors.record import Record
+from runtime.config.processors import ConcurrencyConfig, ConcurrencyOrder
 from runtime.kafka.outputs import Outputs
 from runtime.task.context import TaskContext
 from runtime.task.event_time import RecordBuilder, stamping
 from runtime.task.failures import Stage
+from runtime.task.in_flight import InFlight
 from runtime.telemetry.span_scopes import ProcessScope
-from runtime.telemetry.trace_headers import CARRIED_CLASSES, UNTRACED
+from runtime.telemetry.trace_headers import CARRIED_CLASSES, UNTRACED, TraceDecision
 
 if TYPE_CHECKING:
     from runtime.task.task import TaskServices
@@ -58,6 +62,9 @@ class RecordLoop:
         services: TaskServices,
         outputs: Outputs,
         on_batch_done: BatchDone,
+        concurrency: ConcurrencyConfig | None = None,
+        on_finish: Callable[[], None] = lambda: None,
+        on_failure: Callable[[], None] = lambda: None,
     ):
         self.interrupted = False
         self.builders: dict[str, RecordBuilder] = {}
@@ -71,9 +78,17 @@ class RecordLoop:
         self._outputs = outputs
         self.on_batch_done = on_batch_done
         self._is_async = inspect.iscoroutinefunction(processor.process)
+        self.in_flight: InFlight | None = None
+        if concurrency is not None and concurrency.concurrent:
+            metrics = services.telemetry.metrics
+            on_wait = (lambda ms: metrics.record_key_wait(ms, name)) if metrics.enabled else None
+            self.in_flight = InFlight(concurrency.max_in_flight, concurrency.order is ConcurrencyOrder.KEY,
+                                      self._process_in_flight, on_finish, on_failure, on_wait)  # fmt: skip
 
     async def process(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
         """Process `records` of `tp` in order; returns those left for later when interrupted."""
+        if self.in_flight is not None:
+            return await self._hand_over(tp, records, self.in_flight)
         telemetry = self._services.telemetry
         if telemetry.tracer.enabled or telemetry.metrics.enabled:
             return await self._process_observed(tp, records)
@@ -187,6 +202,72 @@ class RecordLoop:
             context.trace_fields, context.source, context.output_time = UNTRACED, None, None  # nor to a record
             self.on_batch_done(tp, done, processed)
         return []
+
+    async def _hand_over(self, tp: TopicPartition, records: list[Any], in_flight: InFlight) -> list[Any]:
+        """`process` for a processor with concurrency: each record decoded and its stream time taken in
+        offset order, as the loops above do, then handed over to be processed among others in flight;
+        they count as processed, and their outputs are released, as each finishes."""
+        key_serde, value_serde = self._services.serdes[tp.topic]
+        decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
+        build, context, submit = self.builders[tp.topic], self._context, in_flight.submit
+        tracer = self._services.telemetry.tracer
+        decisions = tracer.decide(records) if tracer.enabled else [UNTRACED] * len(records)
+        stream_time, punctuation_due = context.latest_timestamp, context.next_stream_time_due()
+        done: int | None = None  # the offset after the last record handed over
+        try:
+            with tracer.batch_context():  # the chains started here carry it
+                for index, raw in enumerate(records):
+                    if self.interrupted:
+                        return records[index:]
+                    try:
+                        record = build(
+                            raw.topic,
+                            raw.partition,
+                            raw.offset,
+                            raw.timestamp,
+                            None if raw.key is None else decode_key(raw.key),
+                            None if raw.value is None else decode_value(raw.value),
+                            raw.headers,
+                        )
+                    except Exception as error:  # any decoding error, or event time not found, goes to the policy
+                        self._undecodable(raw, error)
+                        done = raw.offset + 1
+                        continue
+                    timestamp = record.timestamp
+                    if timestamp > stream_time:
+                        stream_time = context.latest_timestamp = timestamp
+                        if timestamp >= punctuation_due:
+                            self.interrupted = True  # after this record
+                    await submit(raw, record, decisions[index], stream_time)
+                    done = raw.offset + 1
+        finally:
+            self.on_batch_done(tp, done, 0)
+        return []
+
+    async def _process_in_flight(self, raw: Any, record: Record, decision: TraceDecision, stream_time: int) -> None:
+        """One record among several in flight, with a context of its own (its stream time is as of the record,
+        however many records were handed over since): its outputs are released when it succeeds, and dropped
+        when it fails (the policy decides; under `fail` this raises)."""
+        context = self._context.for_record(raw, record.timestamp, stream_time)
+        tracer, metrics = self._services.telemetry.tracer, self._services.telemetry.metrics
+        started = time.perf_counter() if metrics.enabled else 0.0
+        try:
+            if decision.__class__ in CARRIED_CLASSES:  # no span: the decision is what outputs carry
+                context.trace_fields = decision  # type: ignore[assignment]
+                await settle(self._processor.process(record, context))
+            else:
+                scope = tracer.start_process_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers, None,
+                                                  decision)  # fmt: skip
+                with scope:
+                    context.trace_fields = scope.fields
+                    await settle(self._processor.process(record, context))
+        except Exception as error:  # any processor error goes to the policy
+            self._services.failures.handle(Stage.PROCESSING, self._name, raw, error, self._outputs)
+        else:
+            self._outputs.append_all(context.pending)
+            self._services.counters.processed += 1
+        if metrics.enabled:
+            metrics.record_processing((time.perf_counter() - started) * 1000, self._name)
 
     def decode(self, tp: TopicPartition, raw: Any) -> Record | None:
         """The record a merge processor sees at the head of a queue; one that cannot be decoded goes to

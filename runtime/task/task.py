@@ -15,6 +15,9 @@ to run before the next.
 
 Broadcast inputs (`runtime/task/broadcast.py`) come from the task's own reader rather than the poll
 loop; their positions are committed in the task's state, never in the consumer group.
+
+A processor with concurrency has its records processed several at a time, outside the turn
+(`runtime/task/in_flight.py`): a commit, and a punctuation, first wait until none is in flight.
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from processors.context import Punctuation
 from processors.merge import MergeProcessor
 from processors.processor import Processor
+from runtime.config.processors import ConcurrencyConfig
 from runtime.counters import Counters
 from runtime.errors import StopAfterCommit
 from runtime.guarantees.checkpoint import Checkpoint, CommitBeforeProcessing
@@ -45,6 +48,7 @@ from runtime.task.context import TaskContext, TopicSerdes
 from runtime.task.event_time import TimestampOf, raw_event_time
 from runtime.task.failures import FailureHandler, Stage
 from runtime.task.intake import Intake
+from runtime.task.punctuations import Punctuations
 from runtime.task.record_loop import RecordLoop, settle
 from runtime.task.timestamp_order import EventTimeOf, InputQueue, TimestampOrder
 from runtime.telemetry import Telemetry
@@ -87,6 +91,8 @@ class TaskServices:
     unfetched: Callable[[TopicPartition], bool] = lambda tp: False
     broadcast: BroadcastSource | None = None  # for processors with broadcast inputs
     clock: Clock = SYSTEM_CLOCK  # the wall clock of punctuations
+    # How long a leaving task waits for its records in flight before it abandons them, uncommitted.
+    shutdown_timeout_s: float = 30.0
 
 
 class Task:
@@ -103,6 +109,7 @@ class Task:
         end_offsets: Mapping[TopicPartition, int] | None = None,
         state: TaskState | None = None,
         broadcast: BroadcastReader | None = None,
+        concurrency: ConcurrencyConfig | None = None,
     ):
         self.id = task_id
         self.state = state
@@ -124,7 +131,8 @@ class Task:
         self.group_inputs = frozenset(inputs)
         every_input = [*inputs, *(broadcast.partitions if broadcast is not None else ())]
         self._loop = RecordLoop(task_id.processor, every_input, processor, context, services, outputs,
-                                self._batch_done)  # fmt: skip
+                                self._batch_done, concurrency, self._after_take, self._wakeup.set)  # fmt: skip
+        self.in_flight = self._loop.in_flight
         order: TimestampOrder | ChoiceOrder | None = None
         if isinstance(processor, MergeProcessor):
             order = ChoiceOrder(every_input, self._loop.decode, processor.choose)
@@ -137,6 +145,13 @@ class Task:
             self._write_table,
         )  # fmt: skip
         self._stream_time_checkpoint = self._committed_stream_time = context.stream_time_now()
+        self._punctuations = Punctuations(
+            task_id,
+            context,
+            services,
+            self._release_outputs,
+            lambda error: self._lifecycle_failed("a punctuation", error),
+        )
 
     @property
     def context(self) -> TaskContext:
@@ -148,12 +163,15 @@ class Task:
 
     @property
     def queued(self) -> int:
-        return self.intake.queued
+        """Records queued, and in flight: a slow key holds its fetching back as a slow processor does."""
+        if self.in_flight is None:
+            return self.intake.queued
+        return self.intake.queued + self.in_flight.count
 
     @property
     def idle(self) -> bool:
         """Nothing of its group inputs queued or in flight (broadcast records may wait for a match)."""
-        if self.intake.busy:
+        if self.intake.busy or (self.in_flight is not None and self.in_flight.count):
             return False
         if self.broadcast is None:
             return self.intake.queued == 0
@@ -203,6 +221,8 @@ class Task:
         last commit covered, and to the stream time of that commit; the broadcast reader goes back to
         the positions that commit wrote."""
         self.intake.clear()
+        if self.in_flight is not None:
+            self.in_flight.abandon()
         self.next_offsets = dict(offsets)
         if self.broadcast is not None:
             self.broadcast.rewind()
@@ -264,18 +284,21 @@ class Task:
 
     @property
     def has_work(self) -> bool:
-        """Whether a step now would do something: records to take, or a punctuation due."""
-        context, now = self._context, self._services.clock.monotonic()
+        """Whether a step now would do something: records to take, a punctuation due, or a failure of a
+        record in flight to raise."""
         return (
             self.intake.has_work()
-            or context.next_stream_time_due() <= context.latest_timestamp
-            or any(punctuator.due <= now for punctuator in context.punctuators)
+            or (self.in_flight is not None and self.in_flight.failure is not None)
+            or self._context.punctuation_due(self._services.clock.monotonic())
         )
 
     async def step(self) -> None:
         """One turn: the punctuations due, then what is queued (as much as its order lets through)."""
         async with self.turn:
-            await self._punctuate()
+            if self.in_flight is not None:
+                self.in_flight.raise_failure()
+            self._loop.interrupted = self._stopping or self._commit_waits  # a batch ended for a punctuation runs it now
+            await self._punctuations.run_due(self.in_flight)
             await self.intake.take()
 
     def advance_stream_time(self, timestamp: int) -> None:
@@ -319,6 +342,9 @@ class Task:
         commit: the task is not running, or its processor's `flush` failed."""
         if not self.running:
             return None
+        in_flight, timeout = self.in_flight, self._services.shutdown_timeout_s if self._stopping else None
+        if in_flight is not None and not await in_flight.drain_for_commit(timeout, str(self.id)):  # 1.0
+            return None
         if self._flushes:  # 1.1
             released = len(self._context.pending)
             try:
@@ -342,6 +368,8 @@ class Task:
         if self.phase is TaskPhase.CLOSED:
             return
         ran, self.phase = self.running, TaskPhase.CLOSED
+        if self.in_flight is not None:
+            self.in_flight.abandon()  # what its final commit did not wait for stays uncommitted
         try:
             if ran:
                 await settle(self._processor.close())
@@ -376,38 +404,6 @@ class Task:
         timeout = max(0.0, min(dues) - self._services.clock.monotonic()) if dues else None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wakeup.wait(), timeout)
-
-    async def _punctuate(self) -> None:
-        self._loop.interrupted = self._stopping or self._commit_waits  # a batch ended for a punctuation runs it now
-        clock = self._services.clock
-        now = clock.monotonic()
-        for punctuator in self._context.punctuators:
-            if punctuator.due <= now:
-                punctuator.due = now + punctuator.every_s
-                await self._run_punctuation(punctuator.callback, clock.epoch_ms())
-        stream_time = self._context.latest_timestamp
-        for stream_punctuator in self._context.stream_time_punctuators:
-            if stream_punctuator.due <= stream_time:
-                stream_punctuator.schedule_after(stream_time)
-                await self._run_punctuation(stream_punctuator.callback, stream_time)
-
-    async def _run_punctuation(self, callback: Punctuation, fired_for: int) -> None:
-        """Runs `callback`, its outputs stamped with `fired_for` unless it gives them a timestamp."""
-        context = self._context
-        pending = context.pending
-        released = len(pending)
-        context.output_time = fired_for
-        try:
-            await settle(callback())
-        except Exception as error:  # nothing of a failed punctuation escapes
-            del pending[released:]
-            if self._services.failures.stops_on(Stage.PROCESSING):
-                raise self._lifecycle_failed("a punctuation", error) from error
-            self._services.counters.skipped += 1
-            log.warning("a punctuation of task %s failed (%r); skipped", self.id, error)
-        finally:
-            context.output_time = None
-        self._release_outputs()
 
     def _batch_done(self, tp: TopicPartition, done: int | None, processed: int) -> None:
         """The offset and the counter are brought up to date once per batch: no commit can run inside

@@ -117,6 +117,7 @@ class RuntimeMetrics:
         self._counters: _Sources[Counters] = _Sources("counters", self._common)
         self._lag: _Sources[PartitionValues] = _Sources("consumer lag", self._common)
         self._queues: _Sources[Mapping[str, int]] = _Sources("queue depth", self._common)
+        self._in_flight: _Sources[Mapping[str, tuple[int, float]]] = _Sources("records in flight", self._common)
         self._paused: _Sources[int] = _Sources("paused partitions", self._common)
         self._restore: _Sources[Mapping[tuple[str, int], tuple[int, int]]] = _Sources("restore progress", self._common)
         self._global: _Sources[Mapping[tuple[str, int], tuple[int, int]]] = _Sources(
@@ -145,6 +146,12 @@ class RuntimeMetrics:
             "Time process() took for one record.",
             explicit_bucket_boundaries_advisory=PROCESSING_BUCKETS_MS,
         )
+        self._key_wait = meter.create_histogram(
+            PREFIX + "key.wait",
+            "ms",
+            "Time a record waited behind an earlier record of its key (processors with concurrency, key order).",
+            explicit_bucket_boundaries_advisory=PROCESSING_BUCKETS_MS,
+        )
         self._commit = meter.create_histogram(
             PREFIX + "commit.duration",
             "ms",
@@ -156,6 +163,18 @@ class RuntimeMetrics:
         )
         meter.create_observable_gauge(
             PREFIX + "task.queue.depth", [self._observe_queues], "{record}", "Records queued for a task."
+        )
+        meter.create_observable_gauge(
+            PREFIX + "task.in_flight",
+            [self._observe_in_flight(0)],
+            "{record}",
+            "Records of a task with concurrency handed over and not finished (waiting behind their key or not).",
+        )
+        meter.create_observable_gauge(
+            PREFIX + "task.in_flight.oldest.age",
+            [self._observe_in_flight(1)],
+            "s",
+            "How long the lowest unfinished record of a task with concurrency has been in flight.",
         )
         meter.create_observable_gauge(
             PREFIX + "partitions.paused", [self._observe_paused], "{partition}", "Input partitions paused now."
@@ -221,6 +240,13 @@ class RuntimeMetrics:
         """`callback` returns {task id: records queued}."""
         return self._queues.add(callback, attributes)
 
+    def register_in_flight(
+        self, callback: Callable[[], Mapping[str, tuple[int, float]]], attributes: Attributes | None = None
+    ) -> Unregister:
+        """`callback` returns {task id: (records in flight, seconds the oldest of them has been)} for the
+        tasks with concurrency."""
+        return self._in_flight.add(callback, attributes)
+
     def register_paused_partitions(
         self, callback: Callable[[], int], attributes: Attributes | None = None
     ) -> Unregister:
@@ -252,10 +278,16 @@ class RuntimeMetrics:
     # Recorded as they happen: call only when `enabled`.
 
     def record_processing(self, milliseconds: float, processor: str) -> None:
+        self._processing.record(milliseconds, self._of_processor(processor))
+
+    def record_key_wait(self, milliseconds: float, processor: str) -> None:
+        self._key_wait.record(milliseconds, self._of_processor(processor))
+
+    def _of_processor(self, processor: str) -> Attributes:
         attributes = self._processor_attributes.get(processor)
         if attributes is None:
             attributes = self._processor_attributes[processor] = {**self._common, PROCESSOR: processor}
-        self._processing.record(milliseconds, attributes)
+        return attributes
 
     def record_commit(self, milliseconds: float, transactional: bool = False) -> None:
         self._commit.record(milliseconds, self._commit_attributes[transactional])
@@ -319,6 +351,16 @@ class RuntimeMetrics:
             for values, extra in self._queues.read()
             for task, depth in values.items()
         ]
+
+    def _observe_in_flight(self, which: int) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            return [
+                Observation(levels[which], {TASK: task, **extra})
+                for values, extra in self._in_flight.read()
+                for task, levels in values.items()
+            ]
+
+        return observe
 
     def _observe_paused(self, options: CallbackOptions) -> Iterable[Observation]:
         totals: dict[tuple[tuple[str, AttributeValue], ...], int] = {}

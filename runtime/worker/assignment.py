@@ -19,6 +19,7 @@ from aiokafka import ConsumerRebalanceListener, TopicPartition
 
 from processors.processor import Processor
 from runtime.config import AppConfig, Guarantee, ProcessorConfig
+from runtime.config.processors import ConcurrencyConfig
 from runtime.counters import Counters
 from runtime.errors import StopAfterCommit, TaskLost
 from runtime.guarantees.checkpoint import Checkpoints
@@ -125,7 +126,7 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
             client_id = f"{self._config.app_id}-{task_id.processor}-{task_id.partition}-broadcast"
             broadcast = self._services.broadcast.reader(spec.broadcast, lambda: state.stores[store].store, client_id)
         return build_task(task_id, processor, self._config.app_id, spec.params, frozenset(spec.outputs), inputs,
-                          outputs, self._services, self._end_offsets, state, broadcast)  # fmt: skip
+                          outputs, self._services, self._end_offsets, state, broadcast, spec.concurrency)  # fmt: skip
 
     def _start(self, task: Task) -> None:
         if task.state is not None or self._config.guarantee is Guarantee.EXACTLY_ONCE:
@@ -242,9 +243,10 @@ def build_task(
     end_offsets: Mapping[TopicPartition, int] | None,
     state: TaskState | None = None,
     broadcast: BroadcastReader | None = None,
+    concurrency: ConcurrencyConfig | None = None,
 ) -> Task:
     context = TaskContext(
         app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes, services.global_stores,
         state, outputs.limits, services.counters, services.clock,
     )  # fmt: skip
-    return Task(task_id, processor, context, inputs, outputs, services, end_offsets, state, broadcast)
+    return Task(task_id, processor, context, inputs, outputs, services, end_offsets, state, broadcast, concurrency)

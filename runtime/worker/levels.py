@@ -43,6 +43,13 @@ def register_levels(
     metrics.register_counters(counters)
     metrics.register_consumer_lag(consumer_lag)
     metrics.register_queue_depth(lambda: {str(task.id): task.queued for task in list(assignment.tasks.values())})
+    metrics.register_in_flight(
+        lambda: {
+            str(task.id): (task.in_flight.count, task.in_flight.oldest_age_s())
+            for task in list(assignment.tasks.values())
+            if task.in_flight is not None
+        }
+    )
     metrics.register_paused_partitions(lambda: len(backpressure.paused()))
     metrics.register_restore(lambda: dict(restorer.partitions))
     metrics.register_global_store_offsets(global_stores.positions)

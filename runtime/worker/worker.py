@@ -228,6 +228,7 @@ class Worker:
             config.max_task_idle_ms / 1000,
             Unfetched(consumer, end_offsets),
             self._broadcast_source(partition_counts),
+            shutdown_timeout_s=config.shutdown_timeout_s,
         )
         assignment = Assignment(
             config,

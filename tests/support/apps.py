@@ -86,6 +86,23 @@ class SlowCountPerKey(CountPerKey):
         super().process(record, ctx)
 
 
+class AwaitingCountPerKey(CountPerKey):
+    """CountPerKey that first awaits a lookup of a random 0 to `params.max_wait_ms` (default 4) ms, and
+    raises on values marked bad: for processors with concurrency, whose records overlap while they wait.
+    Reads the count after the wait, so two records of one key in flight together would lose an update."""
+
+    def init(self, ctx: Context) -> None:
+        super().init(ctx)
+        self.max_wait_s = float(ctx.params.get("max_wait_ms", 4)) / 1000
+        self.random = random.Random(ctx.partition)
+
+    async def process(self, record: Record, ctx: Context) -> None:  # type: ignore[override]
+        await asyncio.sleep(self.random.random() * self.max_wait_s)
+        if record.value.get("bad"):
+            raise ValueError(f"lookup failed for {record.key}")
+        super().process(record, ctx)
+
+
 class PickyCountPerKey(CountPerKey):
     """CountPerKey that raises on values marked bad (after its store write and output)."""
 

@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from processors.processor import Processor
 from runtime.config import ErrorPolicy
+from runtime.config.processors import ConcurrencyConfig
 from runtime.counters import Counters
 from runtime.guarantees.checkpoint import CommitBeforeProcessing
 from runtime.kafka.outputs import Headers, Output, Outputs
@@ -306,6 +307,7 @@ def make_task(
     inputs: list[TopicPartition] | None = None,
     end_offsets: Mapping[TopicPartition, int] | None = None,
     name: str = "p",
+    concurrency: ConcurrencyConfig | None = None,
 ) -> Task:
     """A real task of processor `name` on partition 0, reading `in` (by default) and writing `out`."""
     return build_task(
@@ -319,6 +321,7 @@ def make_task(
         services if services is not None else make_services(),
         end_offsets,
         state.as_state() if state is not None else None,
+        concurrency=concurrency,
     )
 
 

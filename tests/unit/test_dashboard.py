@@ -101,12 +101,14 @@ def register_everything(metrics: RuntimeMetrics) -> None:
     metrics.register_counters(every_counter_set())
     metrics.register_consumer_lag(lambda: {("payments", 0): 5})
     metrics.register_queue_depth(lambda: {"0_0": 3})
+    metrics.register_in_flight(lambda: {"0_0": (40, 0.8)})
     metrics.register_paused_partitions(lambda: 1)
     metrics.register_restore(lambda: {("app-store-changelog", 0): (10, 5)})
     metrics.register_global_store_offsets(lambda: {("rates", 0): (3, 7)})
     metrics.register_readiness(lambda: (True, False))
     metrics.register_rocksdb_memory(lambda: (30_000_000, 64 * 1024 * 1024))
     metrics.record_processing(0.3, "enrich")
+    metrics.record_key_wait(12.0, "enrich")
     metrics.record_commit(12.0, transactional=True)
 
 

@@ -42,6 +42,7 @@ class AppSpec:
     processor_name: str = "transform"
     stores: dict[str, Any] = field(default_factory=dict)
     value_serde: str = "msgpack"
+    concurrency: dict[str, Any] | None = None  # the processor's `concurrency:`, when set
 
     def to_yaml(self) -> dict[str, Any]:
         topic = {"partitions": self.partitions, "key_serde": "str", "value_serde": self.value_serde}
@@ -54,6 +55,8 @@ class AppSpec:
         }
         if self.stores:
             processor["stores"] = self.stores
+        if self.concurrency:
+            processor["concurrency"] = self.concurrency
         return {
             "app_id": self.app_id,
             "kafka": {"bootstrap_servers": self.bootstrap},

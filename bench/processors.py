@@ -24,6 +24,23 @@ class Transform(Processor):
         ctx.send(self._output, {**record.value, "seen": True}, key=record.key)
 
 
+class Lookup(Processor):
+    """`Transform` after awaiting a lookup of `params.wait_ms` (an `asyncio.sleep`, as a database or HTTP
+    call of that latency would take); with `wait_ms: 0`, an `async def process` that does not await.
+
+    params: `output`, `wait_ms`.
+    """
+
+    def init(self, ctx: Context) -> None:
+        self._output = str(ctx.params["output"])
+        self._wait_s = float(ctx.params["wait_ms"]) / 1000
+
+    async def process(self, record: Record, ctx: Context) -> None:
+        if self._wait_s:
+            await asyncio.sleep(self._wait_s)
+        ctx.send(self._output, {**record.value, "seen": True}, key=record.key)
+
+
 class TransformCarryingTraceparent(Transform):
     """`Transform` whose outputs all carry one fixed, unsampled W3C `traceparent` header, as a traced
     app's outputs do: with telemetry off, what that header costs on its own on the way out."""

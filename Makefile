@@ -1,5 +1,5 @@
 # The two commands of the README: `make example` and `make test`.
-.PHONY: setup example example-minutes example-sessions example-cdc example-enrichment example-merchants example-orders example-acquirers-db example-replay test test-jaeger lint unit bench clean
+.PHONY: setup example example-minutes example-sessions example-cdc example-enrichment example-merchants example-orders example-lookup example-acquirers-db example-replay test test-jaeger lint unit bench clean
 
 setup:
 	./scripts/setup.sh
@@ -29,6 +29,10 @@ example-merchants: setup
 # Seed 002: orders written with their outbox rows in PostgreSQL, shipped to Kafka, totals written back (examples/orders/).
 example-orders: setup
 	.venv/bin/python -m examples.orders.run
+
+# Orders enriched with their customer by PostgreSQL lookups, 200 in flight per task, each customer's in order.
+example-lookup: setup
+	.venv/bin/python -m examples.customer_lookup.run
 
 # Seed 000 from a real database: the acquirers' reference table followed from PostgreSQL (examples/acquirers/).
 example-acquirers-db: setup

@@ -6,6 +6,9 @@ appear as comments where each step is done):
 
 1. Prepare, for each task in its turn, so that none of its records is processed meanwhile
    (`Task.prepare_commit`):
+   1.0 a processor with concurrency: wait until none of the task's records is in flight
+       (runtime/task/in_flight.py), so that its offsets cover exactly what its records did; a task that
+       leaves waits up to the shutdown timeout, then takes no part in the commit;
    1.1 await the processor's `flush(ctx)`: a sink writes what it buffered. If it raises, the task
        takes no part in this commit: none of its offsets are committed, and the processing error
        policy decides (`fail` stops the worker; `skip` and `dead_letter` try again next time);

@@ -72,8 +72,12 @@ class InFlight:
         self._on_wait = on_wait  # milliseconds a record waited behind its key, when measured
         self._chains: dict[Hashable, deque[Waiting]] = {}  # keys with a chain running -> records behind it
         self._running = 0  # chains
+        # Handing over waits while every slot is taken, until an eighth of them is free again: one wake-up
+        # per several chains ended rather than one per record.
+        self._resume_at = limit - max(1, limit // 8)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._changed = asyncio.Event()  # a record finished or a chain ended
+        self._slots_free = asyncio.Event()
+        self._drained = asyncio.Event()  # nothing in flight (or a failure to raise)
         # Records not finished, in the order they were handed over -> when: the first is the oldest.
         self._unfinished: dict[tuple[str, int, int], float] = {}
         self._generation = 0  # abandoned chains belong to an earlier one and leave everything as it is
@@ -92,8 +96,8 @@ class InFlight:
                 waiting.append((raw, record, decision, stream_time, now))
                 return
         while self._running >= self.limit:
-            self._changed.clear()
-            await self._changed.wait()
+            self._slots_free.clear()
+            await self._slots_free.wait()
             self.raise_failure()
         self._running += 1
         if self._by_key:
@@ -109,8 +113,8 @@ class InFlight:
             async with asyncio.timeout(timeout_s):
                 while self.count:
                     self.raise_failure()
-                    self._changed.clear()
-                    await self._changed.wait()
+                    self._drained.clear()
+                    await self._drained.wait()
         except TimeoutError:
             return False
         self.raise_failure()
@@ -136,7 +140,8 @@ class InFlight:
         self._unfinished.clear()
         self.count = 0
         self._running = 0
-        self._changed.set()
+        self._slots_free.set()
+        self._drained.set()
 
     def raise_failure(self) -> None:
         if self.failure is not None:
@@ -173,12 +178,14 @@ class InFlight:
         finally:
             if generation == self._generation:
                 self._running -= 1
-                self._changed.set()
+                if self._running <= self._resume_at:
+                    self._slots_free.set()
 
     def _finished(self, raw: Any) -> None:
         del self._unfinished[(raw.topic, raw.partition, raw.offset)]
         self.count -= 1
-        self._changed.set()
+        if not self.count:
+            self._drained.set()
         self._on_finish()
 
     def _fail(self, generation: int, failure: BaseException, cause: BaseException | None) -> None:
@@ -187,4 +194,6 @@ class InFlight:
         if cause is not None:
             failure.__cause__ = cause
         self.failure = failure
+        self._slots_free.set()
+        self._drained.set()
         self._on_failure()

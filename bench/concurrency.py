@@ -147,9 +147,9 @@ def main() -> None:
     args = parse_args()
     workdir = run_directory("concurrency")
     chosen = cases(args.in_flight, args.wait_ms)
+    cut_records = args.one_at_a_time_records // args.partitions * args.partitions  # as many of each partition
     results = {
-        case.name: CaseRuns(case, args.one_at_a_time_records if case.name == "one-at-a-time" else args.records)
-        for case in chosen
+        case.name: CaseRuns(case, cut_records if case.name == "one-at-a-time" else args.records) for case in chosen
     }
     with kafka(args.bootstrap) as bootstrap:
         topic = f"bench-in-{uuid.uuid4().hex[:8]}"

@@ -3,8 +3,9 @@ in its own virtualenv (`requirements/faust.txt`: faust-streaming with its `fast`
 `rocksdict` extras).
 
 `python -m bench.peers.faust_app` with `bench.peers.peer_args`' command line; it runs the Faust worker
-(uvloop, no web server) with Faust's defaults but for what `settings` names. It stops itself with
-SIGTERM, Faust's graceful shutdown (producer flushed, offsets committed), once it has sent the outputs
+(uvloop, no web server) with Faust's defaults but for what `settings` names (and, for the await workload,
+the agent's `concurrency`). It stops itself with SIGTERM, Faust's graceful shutdown (producer flushed,
+offsets committed), once it has sent the outputs
 the benchmark expects; the window workload once it has read the whole input and its table's cleanup
 has closed every window.
 
@@ -16,6 +17,7 @@ lie in the past, every cleanup closes every window it holds, however few of its 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import signal
 import sys
@@ -24,7 +26,7 @@ from typing import Any
 
 import faust  # type: ignore[import-not-found]
 
-from bench.peers.peer_args import announce, parse
+from bench.peers.peer_args import AWAIT_IN_FLIGHT, AWAIT_MS, announce, parse
 
 WINDOW = timedelta(minutes=1)
 CHECK_DONE_EVERY = 0.5  # seconds, the window workload's check whether every window closed
@@ -65,7 +67,8 @@ class Progress:
 def main() -> None:
     args = parse(__doc__ or "")
     chosen = settings(args)
-    announce(chosen)
+    # The await agent's `concurrency` is an option of the agent, not of the app: announced with the app's.
+    announce({**chosen, "concurrency": AWAIT_IN_FLIGHT} if args.workload == "await" else chosen)
     app = faust.App(args.group, broker=f"kafka://{args.bootstrap}", datadir=args.state_dir, **chosen)
     source = app.topic(args.input, key_type=str, key_serializer="raw", value_serializer="json")
     sink = app.topic(args.output, key_type=str, key_serializer="raw", value_serializer="json")
@@ -77,6 +80,17 @@ def main() -> None:
         @app.agent(source)  # type: ignore[untyped-decorator]
         async def transform(stream: Any) -> None:
             async for key, value in stream.items():
+                value["seen"] = True
+                await sink.send(key=key, value=value)
+                progress.sent_one()
+
+    elif args.workload == "await":
+        # `concurrency` actors of the agent share the stream's queue (Faust's documented agent option): each
+        # awaits its own record, so up to that many wait at once, in no order.
+        @app.agent(source, concurrency=AWAIT_IN_FLIGHT)  # type: ignore[untyped-decorator]
+        async def lookup(stream: Any) -> None:
+            async for key, value in stream.items():
+                await asyncio.sleep(AWAIT_MS / 1000)
                 value["seen"] = True
                 await sink.send(key=key, value=value)
                 progress.sent_one()

@@ -1,4 +1,5 @@
-"""The command line of every peer's app (Kafka Streams' takes the same), and how it reports its settings.
+"""The command line of every peer's app (Kafka Streams' takes the same), how it reports its settings, and the
+`await` workload's figures, which the runtime's app and Faust's share.
 
 Imported by the apps inside the peers' own virtualenvs: the standard library only.
 """
@@ -11,6 +12,11 @@ from typing import Any
 
 SETTINGS_PREFIX = "peer settings: "
 
+AWAIT_MS = 10  # what each record of the `await` workload awaits (`asyncio.sleep`), as a 10 ms call would
+# Its records in flight at once: the runtime's `max_in_flight` (per task: per partition), Faust's agent `concurrency`
+# (per worker: one here).
+AWAIT_IN_FLIGHT = 1000
+
 
 def parse(description: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
@@ -19,7 +25,7 @@ def parse(description: str) -> argparse.Namespace:
     parser.add_argument("--output", required=True)
     parser.add_argument("--group", required=True, help="consumer group, application id")
     parser.add_argument("--state-dir", required=True)
-    parser.add_argument("--workload", required=True, choices=["transform", "count", "window"])
+    parser.add_argument("--workload", required=True, choices=["transform", "count", "window", "await"])
     parser.add_argument("--guarantee", required=True, choices=["at_least_once", "exactly_once"])
     parser.add_argument("--partitions", type=int, required=True, help="of the input topic")
     parser.add_argument("--records", type=int, required=True, help="in the input")

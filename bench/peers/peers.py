@@ -17,8 +17,8 @@ from bench.app import REPO_ROOT, AppSpec, LoggedProcess, RuntimeProcess, python_
 from bench.data import BATCH_BYTES
 from bench.peers import environments
 from bench.peers.inputs import Input
-from bench.peers.peer_args import SETTINGS_PREFIX
-from bench.peers.workloads import COUNT, TRANSFORM, WINDOW, Workload
+from bench.peers.peer_args import AWAIT_IN_FLIGHT, AWAIT_MS, SETTINGS_PREFIX
+from bench.peers.workloads import AWAIT, COUNT, TRANSFORM, WINDOW, Workload
 from bench.regression import git
 from bench.stateful import count_store
 from bench.windows import WINDOW_STORE, WINDOWS, window_count
@@ -89,20 +89,30 @@ class Peer(ABC):
 
 @dataclass(frozen=True)
 class RuntimeApp:
-    """The runtime's processor for one workload kind: its class, name, `stores:` entry and `params`."""
+    """The runtime's processor for one workload kind: its class, name, `stores:` entry, `params` and
+    `concurrency:` (None: one record at a time per partition, the default)."""
 
     processor_class: str
     processor_name: str
     stores: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
+    concurrency: dict[str, Any] | None = None
 
 
 # The runtime's app per workload kind. The window is the built-in Aggregate processor as `bench.windows`
-# runs it: its store (RocksDB, with a changelog) is declared by the processor itself.
+# runs it: its store (RocksDB, with a changelog) is declared by the processor itself. The await job is
+# `bench.concurrency`'s `Lookup` (it sends the JSON value on with the field, as `Transform` does) with records
+# of different keys in flight together, each key's in order.
 RUNTIME_APPS: dict[str, RuntimeApp] = {
     TRANSFORM: RuntimeApp("bench.processors:Transform", "transform"),
     COUNT: RuntimeApp("bench.processors:CountPerKey", "count", count_store("rocksdb")),
     WINDOW: RuntimeApp("processors.windows:Aggregate", WINDOW_STORE, params=window_count(WINDOWS["tumbling"])),
+    AWAIT: RuntimeApp(
+        "bench.processors:Lookup",
+        "lookup",
+        params={"wait_ms": AWAIT_MS},
+        concurrency={"max_in_flight": AWAIT_IN_FLIGHT, "order": "key"},
+    ),
 }
 
 
@@ -130,6 +140,7 @@ class Runtime(Peer):
             stores=app.stores,
             extra={"state_dir": str(run.state_dir)},
             value_serde="json",
+            concurrency=app.concurrency,
         )
 
     def start(self, run: Run) -> LoggedProcess:
@@ -137,6 +148,7 @@ class Runtime(Peer):
 
     def settings(self, run: Run, process: LoggedProcess) -> dict[str, Any]:
         app = self.app(run)
+        concurrency = {"concurrency": app.concurrency} if app.concurrency else {}
         return {
             "guarantee": app.guarantee,
             "key_serde": "str",
@@ -144,6 +156,7 @@ class Runtime(Peer):
             "processor": app.processor_class,
             "params": app.params,
             "stores": app.stores,
+            **concurrency,
             "workers": 1,
             "args": "--until-caught-up",
         }
@@ -177,12 +190,14 @@ class BareLoop(Peer):
 
 
 class PythonPeer(Peer):
-    """A Python library in its own virtualenv, running `bench.peers.<module>`."""
+    """A Python library in its own virtualenv, running `bench.peers.<module>`; `lacks` says why it does not run
+    a workload kind, for those its app does not do."""
 
-    def __init__(self, name: str, module: str, package: str) -> None:
+    def __init__(self, name: str, module: str, package: str, lacks: dict[str, str] | None = None) -> None:
         self.name = name
         self._module = module
         self._package = package
+        self._lacks = lacks or {}
         self._python: Path | None = None
 
     def prepare(self) -> None:
@@ -190,6 +205,9 @@ class PythonPeer(Peer):
 
     def version(self) -> str:
         return f"{self._package} {environments.pinned_version(self.name, self._package)}"
+
+    def skips(self, workload: Workload) -> str | None:
+        return self._lacks.get(workload.kind)
 
     def start(self, run: Run) -> LoggedProcess:
         if self._python is None:
@@ -212,6 +230,11 @@ class KafkaStreams(Peer):
     def version(self) -> str:
         return f"kafka-streams {kafka_version()} on {environments.java_version()}"
 
+    def skips(self, workload: Workload) -> str | None:
+        if workload.kind == AWAIT:
+            return "Kafka Streams processes one record at a time per task and has no async processing"
+        return None
+
     def start(self, run: Run) -> LoggedProcess:
         if not self._command:
             raise RuntimeError(f"{self.name} is not prepared")
@@ -226,7 +249,12 @@ def child_environment() -> dict[str, str]:
 def all_peers() -> list[Peer]:
     return [
         Runtime(),
-        PythonPeer("quix", "bench.peers.quix_app", "quixstreams"),
+        PythonPeer(
+            "quix",
+            "bench.peers.quix_app",
+            "quixstreams",
+            {AWAIT: "Quix Streams processes one record at a time per partition and has no async processing"},
+        ),
         PythonPeer("faust", "bench.peers.faust_app", "faust-streaming"),
         KafkaStreams(),
         BareLoop(),

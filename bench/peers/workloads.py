@@ -1,4 +1,4 @@
-"""The four jobs every peer does on the same input, and how each one's output is checked against it."""
+"""The jobs the peers do on the same input, and how each one's output is checked against it."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from typing import Any
 
 from bench.data import make_key
 from bench.peers.inputs import Input
+from bench.peers.peer_args import AWAIT_MS
 
 # What a peer's app does; the peers' apps take these names (`--workload`).
 TRANSFORM = "transform"
 COUNT = "count"
 WINDOW = "window"
+AWAIT = "await"  # the stateless job after awaiting `AWAIT_MS` per record, many records in flight
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ WORKLOADS = (
     Workload("count", COUNT, "at_least_once", "count per key in a RocksDB store with a changelog, every update out"),
     Workload("stateless-eos", TRANSFORM, "exactly_once", "the stateless job under exactly-once"),
     Workload("window", WINDOW, "at_least_once", "1-minute tumbling count per key, one final result per window"),
+    Workload("await", AWAIT, "at_least_once", f"await {AWAIT_MS} ms per record, then the stateless job"),
 )
 
 
@@ -59,7 +62,7 @@ class OutputCheck(ABC):
 
 
 def output_check(workload: Workload, source: Input) -> OutputCheck:
-    if workload.kind == TRANSFORM:
+    if workload.kind in (TRANSFORM, AWAIT):  # the await job's outputs are the stateless job's, in any order
         return TransformCheck(source)
     if workload.kind == COUNT:
         return CountCheck(source)

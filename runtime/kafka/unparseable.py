@@ -126,9 +126,16 @@ class _StoppingResults(OrderedDict[TopicPartition, Any]):
 
     def __setitem__(self, tp: TopicPartition, result: Any) -> None:
         if result.__class__ is FetchResult and result._partition_records is not None:  # errors pass as they are
-            records = result._partition_records
-            records.__class__ = _StoppingRecords
+            # Built anew rather than given a new `__class__`, which would turn the instance's attributes
+            # into a real dict and slow every attribute read aiokafka makes per record. The fetcher stores a
+            # partition's records before it iterates them, so nothing of the first one is lost.
+            given = result._partition_records
+            records = _StoppingRecords(
+                given._tp, given._records, given._aborted_transactions, given.next_fetch_offset,
+                given._key_deserializer, given._value_deserializer, given._check_crcs, given._isolation_level,
+            )  # fmt: skip
             records.stops = self.stops
+            result._partition_records = records
         super().__setitem__(tp, result)
 
 

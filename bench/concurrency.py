@@ -6,7 +6,8 @@ each `--in-flight` N (key order), and `no-await`, the same processor with no wai
 CPU a record costs when nothing is awaited, which the awaiting cases' CPU per record is compared with.
 
 `python -m bench.concurrency [--records 100000] [--one-at-a-time-records 20000] [--keys 10000]
-[--partitions 6] [--in-flight 100 1000] [--runs 3] [--bootstrap HOST:PORT]`
+[--partitions 6] [--in-flight 100 1000] [--runs 3] [--commit-interval-ms MS] [--cases NAME ...]
+[--bootstrap HOST:PORT]`: `--commit-interval-ms` shows what the drain at each commit costs.
 
 One at a time, 100,000 records of 10 ms over 6 partitions take about three minutes a run; its rate does
 not depend on the number of records, so it reads `--one-at-a-time-records` of them (the first ones of
@@ -62,11 +63,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--in-flight", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--wait-ms", type=float, default=10.0)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--commit-interval-ms", type=int, help="the apps' commit interval (default: the runtime's)")
+    parser.add_argument("--cases", nargs="+", help="only these cases (one-at-a-time, in-flight-N, no-await)")
     parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local broker")
     return parser.parse_args()
 
 
-def run_case(case: Case, bootstrap: str, topic: str, partitions: int, records: int, workdir: Path) -> Measurement:
+def run_case(
+    case: Case, bootstrap: str, topic: str, partitions: int, records: int, workdir: Path, commit_interval_ms: int | None
+) -> Measurement:
     """One process with a fresh app id and output topic, over the whole of `topic` (`records` records)."""
     spec = AppSpec(
         app_id=f"bench-concurrency-{case.name}-{uuid.uuid4().hex[:8]}",
@@ -77,6 +82,7 @@ def run_case(case: Case, bootstrap: str, topic: str, partitions: int, records: i
         processor_class="bench.processors:Lookup",
         params={"wait_ms": case.wait_ms},
         concurrency=case.concurrency,
+        extra={} if commit_interval_ms is None else {"commit_interval_ms": commit_interval_ms},
     )
     measured, _ = run_app(spec, workdir, records)
     asyncio.run(delete_topics(bootstrap, [spec.output_topic]))
@@ -146,7 +152,7 @@ async def cut(bootstrap: str, topic: str, partitions: int, records: int) -> str:
 def main() -> None:
     args = parse_args()
     workdir = run_directory("concurrency")
-    chosen = cases(args.in_flight, args.wait_ms)
+    chosen = [case for case in cases(args.in_flight, args.wait_ms) if not args.cases or case.name in args.cases]
     cut_records = args.one_at_a_time_records // args.partitions * args.partitions  # as many of each partition
     results = {
         case.name: CaseRuns(case, cut_records if case.name == "one-at-a-time" else args.records) for case in chosen
@@ -161,7 +167,8 @@ def main() -> None:
         for number in range(1, args.runs + 1):
             for case in chosen:
                 done = results[case.name]
-                measured = run_case(case, bootstrap, topics[case.name], args.partitions, done.records, workdir)
+                measured = run_case(case, bootstrap, topics[case.name], args.partitions, done.records, workdir,
+                                    args.commit_interval_ms)  # fmt: skip
                 done.runs.append(measured)
                 print(f"run {number}/{args.runs} {case.name:<15}{measured.wall_seconds:7.2f} s, "
                       f"{measured.inner_rate(done.records) or 0:9,.0f} rec/s processing, "

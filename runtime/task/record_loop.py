@@ -207,38 +207,18 @@ class RecordLoop:
         """`process` for a processor with concurrency: each record decoded and its stream time taken in
         offset order, as the loops above do, then handed over to be processed among others in flight;
         they count as processed, and their outputs are released, as each finishes."""
-        key_serde, value_serde = self._services.serdes[tp.topic]
-        decode_key, decode_value = key_serde.deserialize, value_serde.deserialize
-        build, context, submit = self.builders[tp.topic], self._context, in_flight.submit
         tracer = self._services.telemetry.tracer
         decisions = tracer.decide(records) if tracer.enabled else [UNTRACED] * len(records)
-        stream_time, punctuation_due = context.latest_timestamp, context.next_stream_time_due()
         done: int | None = None  # the offset after the last record handed over
         try:
             with tracer.batch_context():  # the chains started here carry it
                 for index, raw in enumerate(records):
                     if self.interrupted:
                         return records[index:]
-                    try:
-                        record = build(
-                            raw.topic,
-                            raw.partition,
-                            raw.offset,
-                            raw.timestamp,
-                            None if raw.key is None else decode_key(raw.key),
-                            None if raw.value is None else decode_value(raw.value),
-                            raw.headers,
-                        )
-                    except Exception as error:  # any decoding error, or event time not found, goes to the policy
-                        self._undecodable(raw, error)
-                        done = raw.offset + 1
-                        continue
-                    timestamp = record.timestamp
-                    if timestamp > stream_time:
-                        stream_time = context.latest_timestamp = timestamp
-                        if timestamp >= punctuation_due:
-                            self.interrupted = True  # after this record
-                    await submit(raw, record, decisions[index], stream_time)
+                    record = self.decode(tp, raw)
+                    if record is not None:
+                        self._advance_stream_time(record.timestamp)
+                        await in_flight.submit(raw, record, decisions[index], self._context.latest_timestamp)
                     done = raw.offset + 1
         finally:
             self.on_batch_done(tp, done, 0)
@@ -292,10 +272,7 @@ class RecordLoop:
         processed, 0 when it failed and the policy went on; the caller brings the offsets up to date."""
         context = self._context
         timestamp = record.timestamp
-        if timestamp > context.latest_timestamp:
-            context.latest_timestamp = timestamp
-            if timestamp >= context.next_stream_time_due():
-                self.interrupted = True  # after this record
+        self._advance_stream_time(timestamp)
         telemetry = self._services.telemetry
         tracer, metrics = telemetry.tracer, telemetry.metrics
         released = len(context.pending)
@@ -324,6 +301,15 @@ class RecordLoop:
             if metrics.enabled:
                 metrics.record_processing((time.perf_counter() - started) * 1000, self._name)
         return 1
+
+    def _advance_stream_time(self, timestamp: int) -> None:
+        """As the loops do inline: a record's time moves stream time on; one that brings a stream-time
+        punctuation due ends the batch after it."""
+        context = self._context
+        if timestamp > context.latest_timestamp:
+            context.latest_timestamp = timestamp
+            if timestamp >= context.next_stream_time_due():
+                self.interrupted = True  # after this record
 
     async def _process_in_span(self, scope: ProcessScope, record: Record) -> None:
         """A sampled record (about one in a hundred at a 1% ratio), out of the loop's fast path."""

@@ -16,10 +16,11 @@ keeps the slots full across a commit but needs every store write held back per r
 nothing of the stores, the outputs or the committers. Punctuations drain first too, so they still never
 run while a record is processed.
 
-A record that fails goes to the error policy in its chain, and the others go on. Under `fail`, or when
-the engine fails (an output refused past its offset, a registry out of reach), the chain keeps the failure
-for the task to raise (`raise_failure`), as `InFlightRecordFailed`: records after the failed one may
-have finished already, so nothing since the last commit is committed, and all of it is processed again.
+A record that fails goes to the error policy in its chain, and the others go on. Under `fail` the chain
+keeps the failure for the task to raise (`raise_failure`) as `InFlightRecordFailed`: records after the
+failed one may have finished already, so nothing since the last commit is committed, and all of it is
+processed again. A failure of the engine itself (an output refused past its offset, a registry out of
+reach) is kept and raised as it is.
 
 Records waiting behind their key count in the task's queue (`count`), so a slow key pauses the
 partition's fetching as a slow processor does, and memory stays bounded.

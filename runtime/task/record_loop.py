@@ -250,8 +250,9 @@ class RecordLoop:
             metrics.record_processing((time.perf_counter() - started) * 1000, self._name)
 
     def decode(self, tp: TopicPartition, raw: Any) -> Record | None:
-        """The record a merge processor sees at the head of a queue; one that cannot be decoded goes to
-        the deserialization policy, and None is returned (the caller counts its offset as done)."""
+        """One record decoded on its own: the head of a queue a merge processor sees, or a record handed over
+        to be processed in flight. One that cannot be decoded goes to the deserialization policy, and None is
+        returned (the caller counts its offset as done)."""
         key_serde, value_serde = self._services.serdes[tp.topic]
         try:
             return self.builders[tp.topic](

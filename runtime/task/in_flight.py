@@ -64,7 +64,6 @@ class InFlight:
         on_wait: Callable[[float], None] | None = None,
     ):
         self.limit = limit
-        self.count = 0  # records handed over and not finished, waiting behind their key or not
         self.failure: BaseException | None = None
         self._by_key = by_key
         self._run = run
@@ -89,7 +88,6 @@ class InFlight:
         self.raise_failure()
         now = time.monotonic()
         self._unfinished[(raw.topic, raw.partition, raw.offset)] = now
-        self.count += 1
         key = raw.key
         if self._by_key:
             waiting = self._chains.get(key)
@@ -139,10 +137,14 @@ class InFlight:
         self._generation += 1
         self._chains.clear()
         self._unfinished.clear()
-        self.count = 0
         self._running = 0
         self._slots_free.set()
         self._drained.set()
+
+    @property
+    def count(self) -> int:
+        """Records handed over and not finished, waiting behind their key or not."""
+        return len(self._unfinished)
 
     def raise_failure(self) -> None:
         if self.failure is not None:
@@ -184,8 +186,7 @@ class InFlight:
 
     def _finished(self, raw: Any) -> None:
         del self._unfinished[(raw.topic, raw.partition, raw.offset)]
-        self.count -= 1
-        if not self.count:
+        if not self._unfinished:
             self._drained.set()
         self._on_finish()
 

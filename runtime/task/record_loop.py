@@ -238,9 +238,7 @@ class RecordLoop:
             else:
                 scope = tracer.start_process_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers, None,
                                                   decision)  # fmt: skip
-                with scope:
-                    context.trace_fields = scope.fields
-                    await settle(self._processor.process(record, context))
+                await self._process_in_span(scope, record, context)
         except Exception as error:  # any processor error goes to the policy
             self._services.failures.handle(Stage.PROCESSING, self._name, raw, error, self._outputs)
         else:
@@ -312,11 +310,13 @@ class RecordLoop:
             if timestamp >= context.next_stream_time_due():
                 self.interrupted = True  # after this record
 
-    async def _process_in_span(self, scope: ProcessScope, record: Record) -> None:
-        """A sampled record (about one in a hundred at a 1% ratio), out of the loop's fast path."""
+    async def _process_in_span(self, scope: ProcessScope, record: Record, context: TaskContext | None = None) -> None:
+        """A sampled record (about one in a hundred at a 1% ratio), out of the loop's fast path; `context` is
+        a record's own when it is processed in flight, else the task's."""
+        context = self._context if context is None else context
         with scope:
-            self._context.trace_fields = scope.fields
-            await settle(self._processor.process(record, self._context))
+            context.trace_fields = scope.fields
+            await settle(self._processor.process(record, context))
 
     def _undecodable(self, raw: Any, error: Exception) -> None:
         self._services.failures.handle(Stage.DESERIALIZATION, self._name, raw, error, self._outputs)

@@ -21,6 +21,7 @@ from runtime.schema_registry.formats import FORMATS, SchemaFormat
 from runtime.schema_registry.wire_format import HEADER_SIZE, header, schema_id_of
 
 T = TypeVar("T")
+R = TypeVar("R")
 Part = Literal["key", "value"]
 
 
@@ -40,10 +41,10 @@ class Subject:
         return record_name if self.strategy == "record_name" else f"{self.topic}-{record_name}"
 
 
-class RegistrySerde(Generic[T]):
+class RegistrySerde(Generic[T, R]):
     def __init__(
         self,
-        schema_format: SchemaFormat[T],
+        schema_format: SchemaFormat[T, R],
         registry: RegistryClient,
         subject: Subject,
         own_schema: str | None,
@@ -56,7 +57,7 @@ class RegistrySerde(Generic[T]):
         self._own = None if own_schema is None else schema_format.compile(own_schema)
         self._auto_register = auto_register
         self._writer: tuple[bytes, T] | None = None
-        self._readers: dict[int, tuple[T, T | None]] = {}
+        self._readers: dict[int, R] = {}
 
     def serialize(self, obj: Any) -> bytes:
         writer = self._writer or self._writer_schema()
@@ -64,8 +65,8 @@ class RegistrySerde(Generic[T]):
 
     def deserialize(self, data: bytes) -> Any:
         schema_id = schema_id_of(data)
-        schemas = self._readers.get(schema_id) or self._reader_schemas(schema_id)
-        return self._format.read(schemas[0], schemas[1], data, HEADER_SIZE)
+        reader = self._readers.get(schema_id) or self._reader(schema_id)
+        return self._format.read(reader, data, HEADER_SIZE)
 
     def _writer_schema(self) -> tuple[bytes, T]:
         registered = self._registered_writer()
@@ -82,17 +83,16 @@ class RegistrySerde(Generic[T]):
             return self._registry.register(subject, schema_type, self._own_text)
         return self._registry.look_up(subject, schema_type, self._own_text)
 
-    def _reader_schemas(self, schema_id: int) -> tuple[T, T | None]:
-        """The writer's schema and the app's own to read into (None when they are the same)."""
+    def _reader(self, schema_id: int) -> R:
+        """What reads the records written with the schema `schema_id`, into the app's own schema."""
         registered = self._registry.schema(schema_id)
         if registered.schema_type != self._format.schema_type:
             raise ValueError(
                 f"schema id {schema_id} is a {registered.schema_type} schema, not {self._format.schema_type}"
             )
-        writer = self._format.compile(registered.text)
-        own = self._own if self._own is not None and not self._format.same(self._own, writer) else None
-        self._readers[schema_id] = (writer, own)
-        return writer, own
+        reader = self._format.reader(self._format.compile(registered.text), self._own)
+        self._readers[schema_id] = reader
+        return reader
 
 
 def registry_serde(name: str, registry: RegistryClient, topic: str, part: Part, schema: Path | None) -> Serde:

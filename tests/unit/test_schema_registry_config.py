@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 
 from runtime.config import ConfigError, parse_app
+from runtime.schema_registry.formats import AvroFormat
 from runtime.schema_registry.serdes import Subject
 from runtime.schema_registry.wire_format import header, schema_id_of
 
 PAYMENT = {"type": "record", "name": "Payment", "namespace": "shop", "fields": [{"name": "id", "type": "string"}]}
+CURRENCY = {"name": "currency", "type": "string", "default": "EUR"}
 
 
 def app(topic: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -45,7 +47,7 @@ def test_an_avro_topic_with_its_schema_and_a_registry_is_valid(tmp_path: Path) -
         ({"value_serde": "avro", "value_schema": "/nowhere.avsc"}, {"schema_registry": REGISTRY},
          "topics.payments.value_schema: cannot read /nowhere.avsc: No such file or directory"),
         ({"value_serde": "avro", "value_schema": "{not_avro}"}, {"schema_registry": REGISTRY},
-         "topics.payments.value_schema: {not_avro} is not an Avro schema: UnknownType: {{'type': 'recrd'"),
+         "topics.payments.value_schema: {not_avro} is not an Avro schema: UnknownType: Unknown type: recrd"),
         ({"value_serde": "json_schema", "value_schema": "{not_avro}"}, {"schema_registry": REGISTRY},
          "topics.payments.value_schema: {not_avro} is not a JSON Schema"),
         ({"value_serde": "avro"}, {"schema_registry": {**REGISTRY, "subject_name_strategy": "record_name"}},
@@ -84,3 +86,32 @@ def test_the_wire_format_is_a_zero_byte_and_the_schema_id() -> None:
     assert schema_id_of(header(258) + b"payload") == 258
     with pytest.raises(ValueError, match="not in the schema registry's wire format: 0 bytes, is empty"):
         schema_id_of(b"")
+
+
+def test_avro_record_names_are_full_names() -> None:
+    avro = AvroFormat()
+    assert avro.record_name(avro.compile(json.dumps(PAYMENT))) == "shop.Payment"
+    assert avro.record_name(avro.compile('{"type": "record", "name": "x.y.Payment", "fields": []}')) == "x.y.Payment"
+    assert avro.record_name(avro.compile('{"type": "enum", "name": "Currency", "symbols": ["EUR"]}')) == "Currency"
+    assert avro.record_name(avro.compile('"string"')) is None
+
+
+def test_avro_reads_older_and_newer_records_into_the_apps_own_schema() -> None:
+    avro = AvroFormat()
+    old = avro.compile(json.dumps(PAYMENT))
+    new = avro.compile(json.dumps({**PAYMENT, "fields": [*PAYMENT["fields"], CURRENCY]}))
+    written_old = avro.write(old, {"id": "p1"}, b"head")
+    written_new = avro.write(new, {"id": "p2", "currency": "USD"}, b"head")
+    assert written_old.startswith(b"head")
+    assert avro.read(avro.reader(old, new), written_old, 4) == {"id": "p1", "currency": "EUR"}
+    assert avro.read(avro.reader(new, old), written_new, 4) == {"id": "p2"}
+    assert avro.read(avro.reader(new, None), written_new, 4) == {"id": "p2", "currency": "USD"}
+
+
+def test_an_avro_value_that_does_not_fit_is_refused_naming_the_field_not_coerced() -> None:
+    avro = AvroFormat()
+    schema = avro.compile('{"type": "record", "name": "P", "fields": [{"name": "amount", "type": "long"}]}')
+    with pytest.raises(ValueError, match=r"Invalid value 5\.7 for type long at amount"):
+        avro.write(schema, {"amount": 5.7}, b"")
+    with pytest.raises(EOFError):
+        avro.read(schema, b"\x80", 0)  # a long cut short

@@ -166,6 +166,9 @@ def test_json_and_msgpack_turn_tuples_into_lists() -> None:
 def test_deserializing_garbage_raises() -> None:
     with pytest.raises(ValueError):
         JsonSerde().deserialize(b"{not json")
+    for not_strict_json in (b"NaN", b'"\\ud800"', b"[1] x"):
+        with pytest.raises(ValueError):
+            JsonSerde().deserialize(not_strict_json)
     with pytest.raises(UnicodeDecodeError):
         StrSerde().deserialize(b"\xff\xfe\xfa")
     with pytest.raises(ValueError):

@@ -207,7 +207,10 @@ async def test_a_malformed_row_is_recorded_and_the_store_goes_on(
     assert [(f.topic, f.partition, f.offset, f.timestamp, f.key) for f in failures] == [
         (names.table, 0, r.offset, r.timestamp, r.key) for r in table if r.key in (b"T000007", b"T000008")
     ]
-    assert failures[0].message.startswith("JSONDecodeError") and "Traceback" in failures[0].stack_trace
+    assert (
+        failures[0].message.startswith("DecodeError: Input data was truncated")
+        and "Traceback" in failures[0].stack_trace
+    )
     assert failures[1].message == "KeyError: 'terminalId'" and "terminals.py" in failures[1].stack_trace
     assert worker.counters.global_store_errors == 2
 
@@ -239,7 +242,7 @@ async def test_a_large_table_is_read_by_reader_processes_with_the_same_results(
     await asyncio.wait_for(running, 60)
 
     assert sorted((f.key, f.message.split(":")[0]) for f in failures) == [
-        (b"T000007", "JSONDecodeError"), (b"T000008", "KeyError")
+        (b"T000007", "DecodeError"), (b"T000008", "KeyError")
     ]  # fmt: skip
     assert all("Traceback" in f.stack_trace for f in failures)
     assert worker.counters.global_records == 3_007

@@ -17,7 +17,7 @@ from stores.serdes import BytesSerde
 PROCESSORS = Path(processors.__file__).parent
 ENGINE = ("runtime", "stores")
 # What the engine's utilities need, and a processor does not: none of it may come with the API.
-ENGINE_LIBRARIES = ("aiokafka", "msgpack", "orjson", "rocksdict")
+ENGINE_LIBRARIES = ("aiokafka", "cavro", "msgpack", "msgspec", "orjson", "rocksdict")
 
 
 def test_importing_the_api_loads_nothing_of_the_engine() -> None:

@@ -33,7 +33,7 @@ INDEX = b"\x02"
 
 _TIME = struct.Struct(">Q")
 TIME_SIZE = _TIME.size
-_LENGTH = struct.Struct(">I")
+_ENTRY_HEAD = struct.Struct(">cI")  # the tag and the key's length: one pack for both
 _TIME_OFFSET = 2**63
 _INDEX_TIMES = len(INDEX) + TIME_SIZE
 STREAM_TIME = struct.Struct(">q")
@@ -50,7 +50,7 @@ def time_at(data: bytes, position: int) -> int:
 
 def entries_of(key: bytes) -> bytes:
     """The prefix of every entry of `key`: its range in the store."""
-    return ENTRY + _LENGTH.pack(len(key)) + key
+    return _ENTRY_HEAD.pack(ENTRY, len(key)) + key
 
 
 def time_range(prefix: bytes, earliest: int, latest: int) -> tuple[bytes, bytes] | None:
@@ -64,16 +64,23 @@ def time_range(prefix: bytes, earliest: int, latest: int) -> tuple[bytes, bytes]
 
 
 def window_entry(key: bytes, start: int) -> bytes:
-    return entries_of(key) + time_bytes(start)
+    """`entries_of(key) + time_bytes(start)`, in one expression: it is built once or twice per record."""
+    return _ENTRY_HEAD.pack(ENTRY, len(key)) + key + _TIME.pack(start + _TIME_OFFSET)
 
 
 def window_index(key: bytes, start: int) -> bytes:
-    return INDEX + time_bytes(start) + key
+    return INDEX + _TIME.pack(start + _TIME_OFFSET) + key
 
 
 def window_of_index(index: bytes) -> tuple[bytes, int]:
     """The key and start an index entry of a window store names."""
     return index[_INDEX_TIMES:], time_at(index, len(INDEX))
+
+
+def window_entry_of_index(index: bytes) -> bytes:
+    """The entry an index entry of a window store names: its start's bytes are the entry's last ones."""
+    key = index[_INDEX_TIMES:]
+    return _ENTRY_HEAD.pack(ENTRY, len(key)) + key + index[len(INDEX) : _INDEX_TIMES]
 
 
 def session_entry(key: bytes, start: int, end: int) -> bytes:

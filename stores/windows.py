@@ -11,19 +11,30 @@ from typing import Any
 
 from processors.serdes import Serde
 from stores.expiring import ExpiringStore
-from stores.layout import INDEX, entries_of, time_at, time_range, window_entry, window_index, window_of_index
+from stores.layout import (
+    INDEX,
+    entries_of,
+    time_at,
+    time_range,
+    window_entry,
+    window_entry_of_index,
+    window_index,
+    window_of_index,
+)
 from stores.store import KeyValueStore
 
-
-def _entry_of_index(index: bytes) -> bytes:
-    return window_entry(*window_of_index(index))
+# Keys that cannot change between two calls: only these are recognised by identity (`_address`).
+_IMMUTABLE_KEYS = frozenset({str, bytes, int, float, bool, type(None)})
+_NO_KEY = object()
 
 
 class WindowStore(ExpiringStore):
     """Windows that start before `stream_time - retention_ms` have expired: reads skip them, a `put`
     into one is refused, and `advance` removes them.
 
-    The usual update, `get` then `put` of the same window, costs one read: the time index entry is
+    The usual update, `get` then `put` of the same window, costs one read and one encoding of the
+    key: the window last addressed is kept with its bytes for the `put` or `delete` of it that
+    follows (also the `delete` of a window `fetch_all` just yielded), and the time index entry is
     written only for a window the `get` did not find.
     """
 
@@ -34,13 +45,17 @@ class WindowStore(ExpiringStore):
         key_serde: Serde | None = None,
         value_serde: Serde | None = None,
     ) -> None:
-        super().__init__(store, retention_ms, key_serde, value_serde, _entry_of_index)
+        super().__init__(store, retention_ms, key_serde, value_serde, window_entry_of_index)
+        # (key, start, key bytes, entry) of the window last addressed.
+        self._addressed: tuple[Any, int, bytes, bytes] = (_NO_KEY, 0, b"", b"")
 
     def get(self, key: Any, start: int, default: Any = None) -> Any:
         """The value of `key`'s window that starts at `start`, or `default`."""
         if start < self._cutoff():
             return default
-        entry = window_entry(self._keys.serialize(key), start)
+        key_bytes = self._keys.serialize(key)
+        entry = window_entry(key_bytes, start)
+        self._addressed = (key, start, key_bytes, entry)  # for the `put` that usually follows
         value = self._store.get(entry)
         if value is None:
             return default
@@ -51,8 +66,7 @@ class WindowStore(ExpiringStore):
         """Write `key`'s window starting at `start`; False (and nothing written) when it has expired."""
         if start < self._cutoff():
             return False
-        key_bytes = self._keys.serialize(key)
-        entry = window_entry(key_bytes, start)
+        key_bytes, entry = self._address(key, start)
         store = self._store
         store.put(entry, self._values.serialize(value))
         if entry != self._known:
@@ -61,12 +75,21 @@ class WindowStore(ExpiringStore):
         return True
 
     def delete(self, key: Any, start: int) -> None:
-        key_bytes = self._keys.serialize(key)
-        entry = window_entry(key_bytes, start)
+        key_bytes, entry = self._address(key, start)
         self._store.delete(entry)
         self._store.delete(window_index(key_bytes, start))
         if entry == self._known:
             self._known = None
+
+    def _address(self, key: Any, start: int) -> tuple[bytes, bytes]:
+        """The key's bytes and the window's entry: those of the window last addressed when it is the
+        same key and start objects (the key of a type that cannot have changed since)."""
+        last_key, last_start, key_bytes, entry = self._addressed
+        if key is not last_key or start is not last_start or key.__class__ not in _IMMUTABLE_KEYS:
+            key_bytes = self._keys.serialize(key)
+            entry = window_entry(key_bytes, start)
+            self._addressed = (key, start, key_bytes, entry)
+        return key_bytes, entry
 
     def fetch(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
         """`key`'s windows with `time_from <= start <= time_to`, as (start, value), by start."""
@@ -87,12 +110,15 @@ class WindowStore(ExpiringStore):
         bounds = time_range(INDEX, max(time_from, self._cutoff()), time_to)
         if bounds is None:
             return iter(())
-        return self._windows(list(index for index, _ in self._store.range(*bounds)))
+        return self._windows([index for index, _ in self._store.range(*bounds)])
 
     def _windows(self, indexes: list[bytes]) -> Iterator[tuple[Any, int, Any]]:
         get, decode_key, decode_value = self._store.get, self._keys.deserialize, self._values.deserialize
         for index in indexes:
-            key_bytes, start = window_of_index(index)
-            value = get(window_entry(key_bytes, start))
+            entry = window_entry_of_index(index)
+            value = get(entry)
             if value is not None:
-                yield decode_key(key_bytes), start, decode_value(value)
+                key_bytes, start = window_of_index(index)
+                key = decode_key(key_bytes)
+                self._addressed = (key, start, key_bytes, entry)  # for its `delete`, when that follows
+                yield key, start, decode_value(value)

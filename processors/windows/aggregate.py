@@ -64,10 +64,11 @@ class Aggregate(Processor):
         timestamp = record.timestamp
         if timestamp < 0:
             raise ValueError(f"the record has no timestamp ({timestamp}), and windows go by it")
-        key, value = self._group_key(record), self._value(record)
+        key = record.key if self.group_by is None else self._group_key(record)
+        value = None if self.counts_only else self._value(record)
         store = self.store
         previous = store.stream_time
-        stream_time = max(previous, timestamp)
+        stream_time = timestamp if timestamp > previous else previous
         late = self.windowing.add(key, value, timestamp, stream_time)
         if late is not None:
             ctx.count("late_records")

@@ -3,7 +3,7 @@ record arrives."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from processors.stores import WindowStore
@@ -15,29 +15,43 @@ _ABSENT = object()
 
 
 class FixedWindows:
+    """A window starting at `start` closes at `start + size + grace`, its definition's `close_time`. The
+    one tumbling window that holds a record is found by arithmetic, without building the list of them."""
+
     def __init__(self, windows: Tumbling | Hopping, aggregation: Aggregation, store: WindowStore, final: bool):
         self._windows = windows
         self._aggregation = aggregation
         self._store = store
         self._final = final
         self._updates: dict[tuple[Hashable, int], tuple[Any, Any]] = {}
+        self._size = windows.size_ms
+        self._lead = windows.size_ms + windows.grace_ms  # from a window's start to its close
+        self._step = windows.advance_ms if isinstance(windows, Hopping) else windows.size_ms
+        self._tumbling = isinstance(windows, Tumbling)
 
     def add(self, key: Any, value: Any, timestamp: int, stream_time: int) -> str | None:
-        windows, aggregation, store = self._windows, self._aggregation, self._store
-        added = False
-        for window in windows.windows_for(timestamp):
-            if stream_time >= windows.close_time(window):
-                continue
-            aggregate = store.get(key, window.start, _ABSENT)
+        if self._tumbling:
+            start = timestamp - timestamp % self._size
+            starts: Sequence[int] = (start,) if stream_time < start + self._lead else ()
+        else:
+            lead = self._lead
+            holding = self._windows.windows_for(timestamp)
+            starts = [window.start for window in holding if stream_time < window.start + lead]
+        if not starts:
+            return self._late(timestamp)
+        aggregation, store = self._aggregation, self._store
+        for start in starts:
+            aggregate = store.get(key, start, _ABSENT)
             if aggregate is _ABSENT:
                 aggregate = aggregation.initial()
             aggregate = aggregation.add(aggregate, value, timestamp)
-            store.put(key, window.start, aggregate)
+            store.put(key, start, aggregate)
             if not self._final:
-                self._updates[(hashable(key), window.start)] = (key, aggregate)
-            added = True
-        if added:
-            return None
+                self._updates[(hashable(key), start)] = (key, aggregate)
+        return None
+
+    def _late(self, timestamp: int) -> str:
+        windows = self._windows
         last = windows.windows_for(timestamp)[-1]
         return f"window [{last.start}, {last.end}), the last that holds it, closed at {windows.close_time(last)}"
 
@@ -46,19 +60,19 @@ class FixedWindows:
         and deleted in one step, so the commit that holds its result also holds its deletion."""
         if not self._final or previous < 0:
             return []
-        lead = self._windows.size_ms + self._windows.grace_ms
+        lead, step = self._lead, self._step
         earliest, latest = previous - lead + 1, stream_time - lead
-        step = self._windows.advance_ms if isinstance(self._windows, Hopping) else self._windows.size_ms
         if earliest + -earliest % step > latest:  # no window starts in the range: no need to read the store
             return []
-        closed = list(self._store.fetch_all(earliest, latest))
-        for key, start, _ in closed:
-            self._store.delete(key, start)
-        size = self._windows.size_ms
-        return [WindowResult(key, start, start + size, aggregate) for key, start, aggregate in closed]
+        store, size = self._store, self._size
+        closed = []
+        for key, start, aggregate in store.fetch_all(earliest, latest):
+            store.delete(key, start)
+            closed.append(WindowResult(key, start, start + size, aggregate))
+        return closed
 
     def take_updates(self) -> list[WindowResult]:
-        size = self._windows.size_ms
+        size = self._size
         updates = [WindowResult(key, start, start + size, aggregate) for (_, start), (key, aggregate) in
                    self._updates.items()]  # fmt: skip
         self._updates.clear()

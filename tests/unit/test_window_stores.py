@@ -27,6 +27,8 @@ from stores.layout import (
     session_of_index,
     time_bytes,
     window_entry,
+    window_entry_of_index,
+    window_index,
     window_of_index,
 )
 from stores.serdes import BytesSerde
@@ -365,3 +367,21 @@ def test_retention_and_session_bounds_are_checked() -> None:
         WindowStore(memory_store(), 0)
     with pytest.raises(ValueError, match=r"cannot start \(5\) after it ends \(4\)"):
         SessionStore(memory_store(), RETENTION).put("k", 5, 4, 1)
+
+
+@given(key=st.binary(max_size=300), start=times)
+def test_a_window_entry_and_its_index_entry_name_each_other(key: bytes, start: int) -> None:
+    entry, index = window_entry(key, start), window_index(key, start)
+    assert entry == ENTRY + len(key).to_bytes(4, "big") + key + time_bytes(start)
+    assert index == INDEX + time_bytes(start) + key
+    assert window_entry_of_index(index) == entry
+
+
+def test_a_put_after_a_get_writes_under_the_key_as_it_is_then() -> None:
+    """The key's bytes are reused from the `get` only for a key that cannot have changed since."""
+    windows = WindowStore(memory_store(), RETENTION)
+    key = ["a"]
+    windows.get(key, 100)
+    key[0] = "b"
+    windows.put(key, 100, 1)
+    assert (windows.get(["a"], 100), windows.get(["b"], 100)) == (None, 1)

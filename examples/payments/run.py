@@ -129,12 +129,13 @@ async def scan(
 async def settled_ends(bootstrap: str, committed: AIOKafkaConsumer, tps: list[TopicPartition]) -> Offsets:
     """How far the read_committed consumer `committed` can read, once the transactions of an app that
     has exited are settled: the broker writes a transaction's commit markers a moment after it told the
-    producer it committed, and until then its records are not readable."""
+    producer it committed, and until then its records are not readable. An app still running may commit
+    more meanwhile, taking the readable ends past the high watermarks read first: those are settled too."""
     high = await high_watermarks(bootstrap, tps)
     deadline = time.monotonic() + SETTLE_S
     while True:
         ends: Offsets = await committed.end_offsets(tps)
-        if ends == high or time.monotonic() > deadline:
+        if all(ends[tp] >= high[tp] for tp in tps) or time.monotonic() > deadline:
             return ends
         await asyncio.sleep(0.1)
 

@@ -22,7 +22,8 @@ from runtime.devkafka.jars import DevKafkaError, classpath, require_tool
 # The group and transactional id whose coordinators are looked up to tell that the broker is ready.
 READINESS_KEY = "dev-kafka-readiness"
 
-# Single-node settings; the log cleaner is tuned so compaction is observable within a test.
+# Single-node settings; the log cleaner is tuned so compaction is observable within a test, and sessions
+# may be shorter than Kafka's 6 s minimum so that tests can move a killed worker's partitions on sooner.
 SINGLE_NODE_SETTINGS = {
     "offsets.topic.replication.factor": "1",
     "offsets.topic.num.partitions": "10",
@@ -32,6 +33,7 @@ SINGLE_NODE_SETTINGS = {
     "min.insync.replicas": "1",
     "default.replication.factor": "1",
     "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
     "auto.create.topics.enable": "false",
     "log.cleaner.backoff.ms": "500",
     "log.cleaner.min.cleanable.ratio": "0.01",

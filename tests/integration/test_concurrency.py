@@ -12,10 +12,10 @@ import msgpack
 import pytest
 
 from tests.conftest import TopicNamer
-from tests.integration.test_exactly_once import FAST_FAILOVER, assert_exactly_once, wait_exit
+from tests.integration.test_exactly_once import assert_exactly_once, wait_exit
 from tests.integration.test_state import counting_app
 from tests.support.kafka_helpers import committed_offsets, create_topic, produce, read_topic
-from tests.support.kills import kill_and_replace
+from tests.support.kills import FAST_FAILOVER, kill_and_replace
 from tests.support.running import numbered, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
@@ -82,7 +82,7 @@ async def test_kills_at_random_moments_leave_every_count_exact_or_nothing_missin
 ) -> None:
     source, sink = topic_name("in"), topic_name("out")
     await create_topic(kafka_bootstrap, source, PARTITIONS)
-    total = 20_000
+    total = 10_000
     await produce(kafka_bootstrap, source, numbered(total))
     # About 600 records/s (4 partitions x 4 in flight / 25 ms on average): the input lasts through the kills.
     app = concurrent_app(topic_name, source, sink, tmp_path, kafka_bootstrap, "key", 4, max_wait_ms=50)

@@ -15,7 +15,7 @@ from runtime.config import parse_app
 from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
 from tests.support.kafka_helpers import create_topic, read_topic
-from tests.support.kills import kill_and_replace
+from tests.support.kills import FAST_FAILOVER, kill_and_replace
 from tests.support.running import write_app
 
 
@@ -43,7 +43,7 @@ def test_each_id_comes_out_once_through_kills_under_exactly_once(
     topic = {"partitions": 3, "key_serde": "str", "value_serde": "json"}
     group = topic_name("dedup")
     app: dict[str, Any] = {
-        "app_id": group, "kafka": {"bootstrap_servers": kafka_bootstrap},
+        "app_id": group, "kafka": {"bootstrap_servers": kafka_bootstrap, "consumer": FAST_FAILOVER},
         "topics": {events: topic, unique: topic}, "guarantee": "exactly_once", "state_dir": str(tmp_path / "state"),
         "processors": [{"name": "dedup", "class": "tests.support.apps:SlowDeduplicate", "inputs": [events],
                         "outputs": [unique], "params": {"id": "value.id", "window_ms": 600_000, "output": unique}}],

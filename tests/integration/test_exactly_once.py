@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import signal
+import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +22,10 @@ from stores import RocksDBBackend
 from tests.conftest import TopicNamer
 from tests.integration.test_state import counting_app, true_counts
 from tests.support.kafka_helpers import committed_offsets, create_topic, produce, read_topic
+from tests.support.kills import FAST_FAILOVER
 from tests.support.running import numbered, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
-
-# The smallest session timeout brokers allow: a killed worker's partitions move on after 6 s.
-FAST_FAILOVER = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
 
 
 def eos_app(topic_name: TopicNamer, source: str, sink: str, tmp_path: Path, bootstrap: str) -> dict[str, Any]:
@@ -56,6 +58,22 @@ async def wait_exit(process: Any, timeout: float) -> int:
             return int(process.returncode)
         await asyncio.sleep(0.1)
     raise AssertionError("worker did not finish in time")
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.1)
+
+
+def read_log(log: Path) -> str:
+    return log.read_text() if log.exists() else ""
+
+
+def restored_every_task(log: Path) -> bool:
+    """Each of the 4 tasks restored its store `counts` (or found it up to date), which it does once claimed."""
+    return set(re.findall(r"store counts partition (\d+)\b", read_log(log))) == {"0", "1", "2", "3"}
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -96,9 +114,11 @@ async def test_zombie_is_fenced(kafka_bootstrap: str, topic_name: TopicNamer, tm
     zombie.send_signal(signal.SIGSTOP)  # frozen mid-transaction, its session runs out
     heir = spawn_worker(write_app(tmp_path, {**app, "state_dir": str(tmp_path / "h")}, "h.yaml"),
                         log=tmp_path / "heir.log")  # fmt: skip
-    await asyncio.sleep(12)  # the heir owns every task now and has fenced the zombie's producers
+    # The heir owns every task now and has fenced the zombie's producers (claimed, then restored each task).
+    await until(partial(restored_every_task, tmp_path / "heir.log"), "the heir restored every task's store")
     zombie.send_signal(signal.SIGCONT)
-    await asyncio.sleep(5)
+    await until(lambda: "was taken over by another worker" in read_log(tmp_path / "zombie.log"),
+                "the zombie found itself fenced")  # fmt: skip
     finisher = spawn_worker(write_app(tmp_path, {**app, "state_dir": str(tmp_path / "f")}, "f.yaml"),
                             "--until-caught-up", log=tmp_path / "finisher.log")  # fmt: skip
     assert await wait_exit(finisher, 240) == 0

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import TopicNamer
-from tests.integration.test_exactly_once import FAST_FAILOVER, wait_exit
+from tests.integration.test_exactly_once import wait_exit
 from tests.support.kafka_helpers import committed_offsets, create_topic, produce
+from tests.support.kills import FAST_FAILOVER
 from tests.support.lifecycle_apps import read_rows
 from tests.support.running import numbered, spawn_worker, write_app
 

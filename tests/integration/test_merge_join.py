@@ -18,9 +18,9 @@ from runtime.config import parse_app
 from runtime.worker.worker import Worker
 from stores.partitioner import partition_for
 from tests.conftest import TopicNamer
-from tests.integration.test_exactly_once import FAST_FAILOVER, wait_exit
+from tests.integration.test_exactly_once import wait_exit
 from tests.support.kafka_helpers import committed_offsets, create_topic, read_topic
-from tests.support.kills import kill_and_replace
+from tests.support.kills import FAST_FAILOVER, kill_and_replace
 from tests.support.running import spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio

@@ -22,6 +22,7 @@ from runtime.devpostgres.server import throwaway
 from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
 from tests.support.kafka_helpers import read_topic
+from tests.support.kills import FAST_FAILOVER
 from tests.support.running import spawn_worker, write_app
 
 KEYS = 7
@@ -144,7 +145,7 @@ def test_every_row_reaches_kafka_exactly_once_through_kills_of_the_poller(
 ) -> None:
     table = asyncio.run(create_outbox(postgres_url))
     app = outbox_app(topic_name, postgres_url, table, 200, tmp_path / "state")
-    app["kafka"] = {"bootstrap_servers": kafka_bootstrap}
+    app["kafka"] = {"bootstrap_servers": kafka_bootstrap, "consumer": FAST_FAILOVER}
     path = write_app(tmp_path, app)
     events = next(iter(app["topics"]))
     rows, rng = 6_000, random.Random(11)

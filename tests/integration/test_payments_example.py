@@ -22,6 +22,7 @@ from runtime.config import AppConfig, parse_app
 from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
 from tests.support.kafka_helpers import create_topic, read_topic
+from tests.support.kills import FAST_FAILOVER
 from tests.support.running import spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
@@ -129,6 +130,7 @@ async def test_totals_stay_exact_when_the_totals_stage_is_killed(
     # totals stage mid-stream three times: its replays must not count a payment twice.
     await asyncio.wait_for(Worker(config, kafka_bootstrap, until_caught_up=True).run(), 120)
     app["processors"][1]["class"] = f"{__name__}:SlowAccountTotals"
+    app["kafka"]["consumer"] = FAST_FAILOVER
     path = write_app(tmp_path, app)
     for _ in range(3):
         victim = spawn_worker(path)

@@ -23,7 +23,7 @@ from runtime.worker.worker import Worker
 from testkit import AppDriver
 from tests.conftest import TopicNamer
 from tests.support.kafka_helpers import create_topic, produce
-from tests.support.kills import kill_and_replace
+from tests.support.kills import FAST_FAILOVER, kill_and_replace
 from tests.support.running import write_app
 
 
@@ -163,7 +163,8 @@ def test_kills_under_load_leave_every_row_in_the_table_exactly_once(
     app["topics"] = {topic: {"partitions": 3, "key_serde": "str", "value_serde": "msgpack"}}
     app["processors"][0].update({"class": "tests.support.apps:SlowPostgresSink", "inputs": [topic]})
     app.update({"guarantee": guarantee, "state_dir": str(tmp_path / "state"), "commit_interval_ms": 1000,
-                "kafka": {"bootstrap_servers": kafka_bootstrap}, "errors": {"processing": "fail"}})  # fmt: skip
+                "kafka": {"bootstrap_servers": kafka_bootstrap, "consumer": FAST_FAILOVER},
+                "errors": {"processing": "fail"}})  # fmt: skip
     path = write_app(tmp_path, app)
     committed = asyncio.run(kill_and_replace(path, kafka_bootstrap, app["app_id"], tmp_path, seed=len(guarantee)))
     assert 0 < committed < records  # the kills landed while it wrote

@@ -18,6 +18,7 @@ from runtime.config import parse_app
 from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
 from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.kills import FAST_FAILOVER
 from tests.support.running import numbered, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
@@ -153,7 +154,7 @@ async def test_at_most_once_crash_loses_but_never_duplicates(
     await produce(kafka_bootstrap, source, numbered(2000))
     app = {
         "app_id": topic_name("app"),
-        "kafka": {"bootstrap_servers": kafka_bootstrap, "consumer": {"max_poll_records": 100}},
+        "kafka": {"bootstrap_servers": kafka_bootstrap, "consumer": {"max_poll_records": 100, **FAST_FAILOVER}},
         "topics": {source: {"partitions": 1, "key_serde": "str"}, sink: {"partitions": 1, "key_serde": "str"}},
         "processors": [
             {"name": "crashy", "class": "tests.support.apps:KillOnce", "inputs": [source], "outputs": [sink],

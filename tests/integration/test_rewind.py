@@ -25,10 +25,9 @@ from runtime.config import parse_app
 from stores.rocksdb import RocksDBBackend
 from stores.snapshot import ingest_partition
 from tests.conftest import TopicNamer
-from tests.integration.test_exactly_once import FAST_FAILOVER
 from tests.integration.test_state import counting_app, true_counts
 from tests.support.kafka_helpers import committed_offsets, create_topic, produce, read_topic
-from tests.support.kills import kill_and_replace
+from tests.support.kills import FAST_FAILOVER, kill_and_replace
 from tests.support.running import REPO, numbered, spawn_worker, write_app
 
 PARTITIONS = 3

@@ -18,6 +18,7 @@ from runtime.worker.worker import Worker
 from stores.partitioner import partition_for
 from tests.conftest import TopicNamer
 from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.kills import FAST_FAILOVER
 from tests.support.running import numbered, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
@@ -174,7 +175,7 @@ async def test_kill_9_loses_no_update(kafka_bootstrap: str, topic_name: TopicNam
     total = 20000
     await produce(kafka_bootstrap, source, numbered(total))
     app = counting_app(topic_name("app"), source, sink, 2, tmp_path / "state", "rocksdb")
-    app["kafka"] = {"bootstrap_servers": kafka_bootstrap}
+    app["kafka"] = {"bootstrap_servers": kafka_bootstrap, "consumer": FAST_FAILOVER}
     app["processors"][0]["class"] = "tests.support.apps:SlowCountPerKey"
     path = write_app(tmp_path, app)
     for round_ in range(3):

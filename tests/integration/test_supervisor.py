@@ -18,10 +18,11 @@ import msgpack
 import pytest
 
 from tests.conftest import TopicNamer
-from tests.integration.test_exactly_once import FAST_FAILOVER, wait_exit
+from tests.integration.test_exactly_once import wait_exit
 from tests.integration.test_processing import echo_app, free_port_pair
 from tests.support.crash_on_start import CRASHING_WORKER
 from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.kills import FAST_FAILOVER
 from tests.support.running import numbered, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio

@@ -20,9 +20,9 @@ from processors.windows.late import LATE_REASON
 from runtime.config import parse_app
 from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
-from tests.integration.test_exactly_once import FAST_FAILOVER, wait_exit
+from tests.integration.test_exactly_once import wait_exit
 from tests.support.kafka_helpers import create_topic, read_topic
-from tests.support.kills import kill_and_replace
+from tests.support.kills import FAST_FAILOVER, kill_and_replace
 from tests.support.running import spawn_worker, write_app
 from tests.support.window_reference import Arrival, expected_for, frozen, results
 

@@ -33,6 +33,7 @@ from rocksdict import (
 
 from stores.backend import Change
 from stores.errors import StoreCorrupted, StoreError, StoreLocked, StoreWriteFailed
+from stores.heap import fix_mmap_threshold
 
 DEFAULT_MEMORY_MB = 64
 MB = 1024 * 1024
@@ -120,8 +121,9 @@ class SharedMemory:
             database.resize_memtable(size)
 
     def parts(self) -> tuple[Cache, WriteBufferManager]:
-        """Made on the first open."""
+        """Made on the first open, which also fixes malloc's mmap threshold: without it RSS outgrows the budget."""
         if self._parts is None:
+            fix_mmap_threshold()
             cache = Cache(self.budget_bytes)
             memtables = WriteBufferManager.new_write_buffer_manager_with_cache(self.budget_bytes // 2, False, cache)
             self._parts = cache, memtables

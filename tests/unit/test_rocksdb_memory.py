@@ -4,11 +4,13 @@ however many databases are open."""
 from __future__ import annotations
 
 import copy
+import platform
 from pathlib import Path
 
 import pytest
 
 from runtime.config import ConfigError, parse_app
+from stores.heap import fix_mmap_threshold
 from stores.rocksdb import MB, SHARED_MEMORY, RocksDBBackend, SharedMemory
 from tests.unit.test_config_cli import VALID
 
@@ -50,6 +52,18 @@ def test_many_databases_written_hard_stay_within_the_budget(tmp_path: Path) -> N
         assert SHARED_MEMORY.next_write_buffer_bytes() == 8 * MB  # all closed: the next one has the whole half
     finally:
         SHARED_MEMORY.set_budget(before)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_malloc_serves_large_blocks_with_mmap_unless_the_operator_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    assert fix_mmap_threshold()
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=65536")
+    assert not fix_mmap_threshold()
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert not fix_mmap_threshold()
 
 
 def test_the_budget_is_in_the_yaml_and_has_a_floor() -> None:

@@ -6,9 +6,7 @@ import asyncio
 import random
 import re
 import signal
-import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from tests.conftest import TopicNamer
 from tests.integration.test_state import counting_app, true_counts
 from tests.support.kafka_helpers import committed_offsets, create_topic, produce, read_topic
 from tests.support.kills import FAST_FAILOVER
-from tests.support.running import numbered, spawn_worker, write_app
+from tests.support.running import numbered, read_log, spawn_worker, until, write_app
 
 pytestmark = pytest.mark.anyio
 
@@ -58,17 +56,6 @@ async def wait_exit(process: Any, timeout: float) -> int:
             return int(process.returncode)
         await asyncio.sleep(0.1)
     raise AssertionError("worker did not finish in time")
-
-
-async def until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        await asyncio.sleep(0.1)
-
-
-def read_log(log: Path) -> str:
-    return log.read_text() if log.exists() else ""
 
 
 def restored_every_task(log: Path) -> bool:

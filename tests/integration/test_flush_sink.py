@@ -7,7 +7,6 @@ import asyncio
 import random
 import signal
 from collections import Counter
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from tests.integration.test_exactly_once import wait_exit
 from tests.support.kafka_helpers import committed_offsets, create_topic, produce
 from tests.support.kills import FAST_FAILOVER
 from tests.support.lifecycle_apps import read_rows
-from tests.support.running import numbered, spawn_worker, write_app
+from tests.support.running import numbered, spawn_worker, until, write_app
 
 pytestmark = pytest.mark.anyio
 
@@ -40,14 +39,6 @@ def sink_app(
         "guarantee": guarantee,
         "commit_interval_ms": 200,
     }  # fmt: skip
-
-
-async def until(condition: Callable[[], bool], timeout: float = 60) -> None:
-    for _ in range(int(timeout * 20)):
-        if condition():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the condition was not met in time")
 
 
 def has_more_rows(db: Path, than: int) -> bool:
@@ -92,7 +83,7 @@ async def test_killed_sink_never_commits_offsets_ahead_of_its_rows(
     for kill in range(3):
         written = len(read_rows(db))
         worker = spawn_worker(path, log=tmp_path / f"killed{kill}.log")
-        await until(partial(has_more_rows, db, written))  # this run flushed at least once
+        await until(partial(has_more_rows, db, written), "this run flushed rows")  # at least once
         await asyncio.sleep(rng.uniform(0.0, 1.0))  # the random moment of the kill
         worker.send_signal(signal.SIGKILL)
         worker.wait()
@@ -120,7 +111,7 @@ async def test_graceful_stop_flushes_everything_it_commits(
                    progress_after=200)  # fmt: skip
     app["commit_interval_ms"] = 600_000  # the stop's commit is the only one
     worker = spawn_worker(write_app(tmp_path, app), log=tmp_path / "worker.log")
-    await until(progress.exists)
+    await until(progress.exists, "the worker wrote its progress file")
     worker.send_signal(signal.SIGTERM)
     assert await wait_exit(worker, 30) == 0
 

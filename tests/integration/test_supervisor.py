@@ -23,13 +23,9 @@ from tests.integration.test_processing import echo_app, free_port_pair
 from tests.support.crash_on_start import CRASHING_WORKER
 from tests.support.kafka_helpers import create_topic, produce, read_topic
 from tests.support.kills import FAST_FAILOVER
-from tests.support.running import numbered, spawn_worker, write_app
+from tests.support.running import numbered, read_log, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
-
-
-def read_log(log: Path) -> str:
-    return log.read_text() if log.exists() else ""
 
 
 async def wait_for_line(log: Path, pattern: str, process: Popen[bytes], timeout: float = 60) -> re.Match[str]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,3 +39,16 @@ def spawn_worker(app: Path, *args: str, log: Path | None = None) -> subprocess.P
 def numbered(count: int, start: int = 0) -> list[tuple[bytes, bytes]]:
     """Records keyed `k<n % 97>` with msgpack values {"n": n}."""
     return [(f"k{n % 97}".encode(), msgpack.packb({"n": n})) for n in range(start, start + count)]
+
+
+def read_log(log: Path) -> str:
+    """What a worker has logged so far; nothing before it created its log."""
+    return log.read_text() if log.exists() else ""
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Wait until `condition()` holds; an AssertionError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.05)

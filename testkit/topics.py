@@ -123,16 +123,23 @@ class _Acked(NamedTuple):
 
 
 class MemoryBatch:
-    """What `Outputs` fills in place of aiokafka's batch builder, and as it fills one: it takes what
-    Kafka's record format takes (bytes, headers of str and bytes), and is full at `batch_size` bytes (a
-    record alone always fits)."""
+    """What `Outputs` fills in place of aiokafka's batch, and as it fills one: it takes what Kafka's
+    record format takes (bytes, headers of str and bytes), and is full at `batch_size` bytes (a record
+    alone always fits). As with aiokafka's, `Outputs` appends through `_builder` and sets the count it
+    sends with in `_relative_offset`."""
 
     def __init__(self, batch_size: int):
         self.records: list[tuple[bytes | None, bytes | None, HeaderList, int | None]] = []
         self._batch_size = batch_size
         self._size = BATCH_HEADER
+        self._builder = self
+        self._relative_offset = 0
 
-    def append(self, *, timestamp: int | None, key: bytes | None, value: bytes | None, headers: Any) -> bool | None:
+    def append(
+        self, offset: int, timestamp: int | None, key: bytes | None, value: bytes | None, headers: Any
+    ) -> bool | None:
+        if offset != len(self.records):
+            raise ValueError(f"record {len(self.records)} of the batch appended at offset {offset}")
         grows = record_size(key, value, headers) - BATCH_HEADER  # aiokafka's own estimate checks the types
         if self.records and self._size + grows > self._batch_size:
             return None
@@ -158,6 +165,8 @@ class MemoryProducer:
         return MemoryBatch(self._batch_size)
 
     async def send_batch(self, batch: MemoryBatch, topic: str, *, partition: int) -> asyncio.Future[_Acked]:
+        if batch._relative_offset != len(batch.records):  # aiokafka's idempotence counts by it
+            raise ValueError(f"a batch of {len(batch.records)} records sent with a count of {batch._relative_offset}")
         if self.transactional and self._transaction is None:
             self._transaction = Transaction()
         append, transaction = self._topics.append, self._transaction

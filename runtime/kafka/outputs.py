@@ -1,7 +1,9 @@
 """The output path: records are appended to one Kafka record batch per target partition and sent whole.
 
 Per-record `send()` costs ~15x more than `create_batch()` + `send_batch()` in aiokafka, so every
-record the runtime writes (outputs, dead letters, changelogs) goes through here.
+record the runtime writes (outputs, dead letters, changelogs) goes through here. Records go straight
+to the compiled builder inside aiokafka's batch, at their offset in it: its Python `append` adds two
+frames per record, as much again as the compiled append itself (see `_OpenBatch`).
 
 A batch's records are kept until the broker acknowledged it. When the broker refuses a record
 (too large, a bad timestamp, corrupt: see `REFUSALS`), its whole batch fails, and so does every later
@@ -25,6 +27,7 @@ from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import OutOfOrderSequenceNumber
+from aiokafka.producer.message_accumulator import BatchBuilder
 
 from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit
@@ -41,6 +44,11 @@ log = logging.getLogger(__name__)
 # punctuations), so that a record the broker refuses goes to the error policy as that input's failure.
 Output = tuple[str, bytes | None, bytes | None, Headers, int | None, Any, str]
 OnRefused = Callable[[Output, Exception, "Outputs"], None]
+Append = Callable[[int, "int | None", "bytes | None", "bytes | None", Any], Any]
+_OpenBatch = tuple[BatchBuilder, list[Output], Append]
+"""A batch being filled: aiokafka's batch, the records it holds, and the compiled `append` of the builder
+inside it, which takes each record's offset in the batch (the number of records before it) and returns
+None when the batch is full. The batch's own count is brought up to date when it is sent (`_send`)."""
 
 _NO_HEADERS: list[tuple[str, bytes]] = []  # shared: the batch builder only reads it
 _BATCH_HEADER = 61  # bytes of a v2 record batch's header, counted in every record_size()
@@ -93,8 +101,8 @@ class Outputs:
         self._renew = renew
         self._on_refused = on_refused
         # Per target: the batch being filled, and the records it holds (kept until they are acknowledged).
-        self._open: dict[tuple[str, int], tuple[Any, list[Output]]] = {}
-        self._full: deque[tuple[str, int, Any, list[Output]]] = deque()
+        self._open: dict[tuple[str, int], _OpenBatch] = {}
+        self._full: deque[tuple[str, int, _OpenBatch]] = deque()
         self._inflight: list[_Sent] = []
         self._renewing = asyncio.Lock()  # tasks flush while the commit cycle sends refused batches again
         self._round_robin = itertools.count()
@@ -137,10 +145,11 @@ class Outputs:
                 target = (topic, (murmur(key, seed) & POSITIVE) % counts[topic])  # partition_for, without its frame
             if not record[3]:
                 open_batch = opened.get(target)
-                if open_batch is not None and open_batch[0].append(timestamp=record[4], key=key, value=record[2],
-                                                                   headers=_NO_HEADERS) is not None:  # fmt: skip
-                    open_batch[1].append(record)
-                    continue
+                if open_batch is not None:
+                    held = open_batch[1]
+                    if open_batch[2](len(held), record[4], key, record[2], _NO_HEADERS) is not None:
+                        held.append(record)
+                        continue
             add(target, record)
 
     def append_changes(self, topic: str, partition: int, changes: Iterable[tuple[bytes, bytes | None]]) -> None:
@@ -150,10 +159,11 @@ class Outputs:
         open_batch = self._open.get(target)
         for key, value in changes:
             record: Output = (topic, key, value, (), None, None, "")
-            if open_batch is not None and open_batch[0].append(timestamp=None, key=key, value=value,
-                                                               headers=_NO_HEADERS) is not None:  # fmt: skip
-                open_batch[1].append(record)
-                continue
+            if open_batch is not None:
+                held = open_batch[1]
+                if open_batch[2](len(held), None, key, value, _NO_HEADERS) is not None:
+                    held.append(record)
+                    continue
             add(target, record)
             open_batch = self._open[target]
 
@@ -169,20 +179,24 @@ class Outputs:
         else:
             header_list = _NO_HEADERS if not headers else headers if kind is list else list(headers)
         open_batch = self._open.get(target)
-        if open_batch is not None and open_batch[0].append(timestamp=timestamp_ms, key=key, value=value,
-                                                           headers=header_list) is not None:  # fmt: skip
-            open_batch[1].append(record)  # the common case: the open batch has room
-            return
-        if open_batch is not None:  # full: it goes out with the next flush
-            self._full.append((*target, *open_batch))
+        if open_batch is not None:
+            held = open_batch[1]
+            if open_batch[2](len(held), timestamp_ms, key, value, header_list) is not None:
+                held.append(record)  # the common case: the open batch has room
+                return
+            self._full.append((*target, open_batch))  # full: it goes out with the next flush
+        open_batch = self._open[target] = self._new_batch()
+        open_batch[2](0, timestamp_ms, key, value, header_list)
+        open_batch[1].append(record)
+
+    def _new_batch(self) -> _OpenBatch:
         builder = self.producer.create_batch()
-        builder.append(timestamp=timestamp_ms, key=key, value=value, headers=header_list)
-        self._open[target] = (builder, [record])
+        return builder, [], builder._builder.append
 
     @property
     def pending(self) -> int:
         """Records appended but not yet handed to the producer."""
-        return sum(len(records) for _, records in self._open.values()) + sum(len(records) for *_, records in self._full)
+        return sum(len(batch[1]) for batch in self._open.values()) + sum(len(batch[1]) for *_, batch in self._full)
 
     async def flush(self) -> None:
         """Hand every batch to the producer (returns once they are queued, not acknowledged)."""
@@ -192,17 +206,18 @@ class Outputs:
     async def _flush(self) -> None:
         # A batch leaves `_full` only once the producer has it: a commit cancelled meanwhile loses none.
         full = self._full
-        full.extend((*target, *open_batch) for target, open_batch in self._open.items())
+        full.extend((*target, open_batch) for target, open_batch in self._open.items())
         self._open = {}
         while full:
-            topic, partition, builder, records = full[0]
+            topic, partition, (builder, records, _) = full[0]
             limits = self.limits.get(topic)
             if limits is not None and len(records) > 1 and builder.size() > limits.max_bytes:
                 full.popleft()  # the producer's batches outgrow the topic: smaller ones, in order
-                parts = [(topic, partition, *batch) for part in self._split(records, limits.max_bytes)
+                parts = [(topic, partition, batch) for part in self._split(records, limits.max_bytes)
                          for batch in self._batches_of(part)]  # fmt: skip
                 full.extendleft(reversed(parts))
                 continue
+            builder._relative_offset = len(records)  # the count aiokafka sends with (idempotence's sequence)
             future = await self.producer.send_batch(builder, topic, partition=partition)
             full.popleft()
             future.add_done_callback(functools.partial(self._acked, topic, partition, len(records)))
@@ -302,7 +317,7 @@ class Outputs:
         while records:
             await self._renew_producer(self._renew)
             await self.producer.begin_transaction()
-            self._full.extend((topic, partition, *batch) for topic, partition, batch in self._alone(records))
+            self._full.extend(self._alone(records))
             await self._flush()
             sent, self._inflight = self._inflight, []
             await asyncio.wait([attempt.future for attempt in sent])
@@ -324,7 +339,7 @@ class Outputs:
         await self._renew_producer(self._renew)
         return refused
 
-    def _alone(self, records: list[Output]) -> list[tuple[str, int, tuple[Any, list[Output]]]]:
+    def _alone(self, records: list[Output]) -> list[tuple[str, int, _OpenBatch]]:
         """Each record in a batch of its own, to its key's partition (a key-less one to partition 0: the
         topic's limits are the same for every partition)."""
         alone = []
@@ -336,7 +351,7 @@ class Outputs:
 
     def _send_each_again(self, failed: list[_Sent], on_refused: OnRefused) -> None:
         # Ahead of every batch appended since, which hold later records; a refused batch one record each.
-        again: list[tuple[str, int, Any, list[Output]]] = []
+        again: list[tuple[str, int, _OpenBatch]] = []
         for sent in failed:
             error = sent.future.exception()
             assert isinstance(error, Exception)
@@ -346,22 +361,19 @@ class Outputs:
                 on_refused(sent.records[0], error, self)
                 continue
             parts = [sent.records] if isinstance(error, _NOT_WRITTEN) else [[record] for record in sent.records]
-            again.extend((sent.topic, sent.partition, *batch) for part in parts for batch in self._batches_of(part))
+            again.extend((sent.topic, sent.partition, batch) for part in parts for batch in self._batches_of(part))
         self._full.extendleft(reversed(again))
 
-    def _batches_of(self, records: list[Output]) -> list[tuple[Any, list[Output]]]:
+    def _batches_of(self, records: list[Output]) -> list[_OpenBatch]:
         """New batches holding `records`, in order."""
-        batches: list[tuple[Any, list[Output]]] = []
+        batches: list[_OpenBatch] = []
         for record in records:
             _, key, value, headers, timestamp_ms, _, _ = record
             header_list = fields_of(headers) if isinstance(headers, TRACEPARENT_CLASS) else list(headers)
-            if batches and batches[-1][0].append(timestamp=timestamp_ms, key=key, value=value,
-                                                 headers=header_list) is not None:  # fmt: skip
-                batches[-1][1].append(record)
-                continue
-            builder = self.producer.create_batch()
-            builder.append(timestamp=timestamp_ms, key=key, value=value, headers=header_list)
-            batches.append((builder, [record]))
+            if not batches or batches[-1][2](len(batches[-1][1]), timestamp_ms, key, value, header_list) is None:
+                batches.append(self._new_batch())
+                batches[-1][2](0, timestamp_ms, key, value, header_list)
+            batches[-1][1].append(record)
         return batches
 
     @staticmethod

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from processors.serdes import Serde
 from runtime.config import AppConfig, ConfigError
 from runtime.schema_registry.client import RegistryClient
-from runtime.schema_registry.serdes import Part, registry_serde
 from stores.serdes import REGISTRY_SERDES, resolve_serde
+
+if TYPE_CHECKING:
+    from runtime.schema_registry.serdes import Part
 
 
 def registry_client(app: AppConfig | None) -> RegistryClient | None:
@@ -24,6 +27,8 @@ def serde_for(name: str, topic: str, part: Part, schema: Path | None, registry: 
         raise ConfigError(
             f"serde '{name}' of topic {topic} keeps its schemas in a schema registry: set schema_registry"
         )
+    from runtime.schema_registry.serdes import registry_serde  # cavro and numpy load only for apps that need them
+
     return registry_serde(name, registry, topic, part, schema)
 
 

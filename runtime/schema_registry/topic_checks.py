@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Protocol
 
 from runtime.schema_registry.config import SchemaRegistryConfig
-from runtime.schema_registry.formats import FORMATS
+from stores.serdes import REGISTRY_SERDES
 
 
 class TopicSerdes(Protocol):
@@ -19,6 +19,8 @@ class TopicSerdes(Protocol):
 
 def check_schema_file(serde: str, path: Path) -> None:
     """The file can be read and compiled in the serde's schema format."""
+    from runtime.schema_registry.formats import FORMATS  # cavro and numpy load only for apps that need them
+
     schema_format = FORMATS.get(serde)
     if schema_format is None:
         raise ValueError(f"a schema file is for the serdes {' and '.join(FORMATS)}, not '{serde}'")
@@ -36,7 +38,7 @@ def check_registry_topics(topics: Mapping[str, TopicSerdes], registry: SchemaReg
     for name, topic in topics.items():
         for part in ("key", "value"):
             serde: str = getattr(topic, f"{part}_serde")
-            if serde not in FORMATS:
+            if serde not in REGISTRY_SERDES:
                 continue
             if registry is None:
                 raise ValueError(

@@ -13,7 +13,7 @@ import functools
 import logging
 import time
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -47,10 +47,12 @@ from runtime.worker.poll_loop import poll
 from runtime.worker.purge import RepartitionPurge
 from runtime.worker.readiness import BOOTSTRAPPING, JOINING, Readiness
 from runtime.worker.unfetched import Unfetched
-from sources.outbox.poller import OutboxPoller
-from sources.table_follower.follower import TableFollower
 from stores import StoreError
 from stores.rocksdb import SHARED_MEMORY
+
+if TYPE_CHECKING:
+    from sources.outbox.poller import OutboxPoller
+    from sources.table_follower.follower import TableFollower
 
 log = logging.getLogger(__name__)
 
@@ -280,9 +282,13 @@ class Worker:
                 await purge.once()  # what the last commit passed
 
     def _sources(self, partition_counts: dict[str, int]) -> list[tuple[str, OutboxPoller | TableFollower]]:
-        """The app's outboxes and table followers, each run by one worker: the first (under `--workers N`)."""
-        if self._index != 0:
+        """The app's outboxes and table followers, each run by one worker: the first (under `--workers N`).
+        Their modules (and asyncpg) load only for an app that has some: a worker starts faster without."""
+        if self._index != 0 or not (self.config.outboxes or self.config.table_followers):
             return []
+        from sources.outbox.poller import OutboxPoller
+        from sources.table_follower.follower import TableFollower
+
         shared = (self.config, self._clients, partition_counts, self.counters, self._limits)
         return [
             *((f"the outbox poller '{name}'", OutboxPoller(name, *shared)) for name in self.config.outboxes),

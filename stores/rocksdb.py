@@ -157,6 +157,11 @@ def _options(create: bool, write_buffer_bytes: int) -> Options:
     options.set_block_based_table_factory(table)
     options.set_write_buffer_manager(memtables)
     options.set_write_buffer_size(write_buffer_bytes)
+    # A bloom filter over the memtable's keys (a tenth of its size, within the budget): a key not in it
+    # skips its skiplist. Most lookups of a store of many keys are such (a new key, or one flushed to a
+    # file): measured on 170,000 keys, 0.21 µs a lookup of a missing key, 0.66 µs without.
+    options.set_memtable_prefix_bloom_ratio(0.1)
+    options.set_memtable_whole_key_filtering(True)
     options.set_compression_type(DBCompressionType.lz4())
     options.set_bottommost_compression_type(DBCompressionType.zstd())
     # The offset's column family flushes with the data, so no WAL file waits for its tiny memtable.

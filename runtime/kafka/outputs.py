@@ -48,7 +48,7 @@ Append = Callable[[int, "int | None", "bytes | None", "bytes | None", Any], Any]
 _OpenBatch = tuple[BatchBuilder, list[Output], Append]
 """A batch being filled: aiokafka's batch, the records it holds, and the compiled `append` of the builder
 inside it, which takes each record's offset in the batch (the number of records before it) and returns
-None when the batch is full. The batch's own count is brought up to date when it is sent (`_send`)."""
+None when the batch is full. The batch's own count is brought up to date when it is sent (`_flush`)."""
 
 _NO_HEADERS: list[tuple[str, bytes]] = []  # shared: the batch builder only reads it
 _BATCH_HEADER = 61  # bytes of a v2 record batch's header, counted in every record_size()

@@ -2,10 +2,10 @@
 
 `python -m bench.bare_loop --bootstrap HOST:PORT --input T --output T --group G [--serde msgpack|json]`
 
-getmany() -> decode each value (msgpack, or JSON with orjson as the runtime's `json` serde) -> add a
+getmany() -> decode each value (msgpack, or JSON with orjson, which the runtime's `json` serde writes with) -> add a
 field -> encode -> one batch per output
-partition via create_batch()/send_batch() (Kafka's murmur2 partitioner, memoized per key as the
-runtime's is) -> wait for the acks -> commit, until it has read everything the input held at
+partition via create_batch()/send_batch() (Kafka's murmur2 partitioner, the runtime's own
+`partition_for`) -> wait for the acks -> commit, until it has read everything the input held at
 start-up. It prints one JSON line: records read and the seconds spent in the loop (start-up and
 shutdown excluded).
 """

@@ -5,6 +5,9 @@ record the runtime writes (outputs, dead letters, changelogs) goes through here.
 to the compiled builder inside aiokafka's batch, at their offset in it: its Python `append` adds two
 frames per record, as much again as the compiled append itself (see `_OpenBatch`).
 
+Past `UNACKED_BYTES` sent and not acknowledged, `flush` waits for acknowledgements: a broker slower
+than the tasks slows them (and, through their bounded queues, the consumer), outputs do not pile up.
+
 A batch's records are kept until the broker acknowledged it. When the broker refuses a record
 (too large, a bad timestamp, corrupt: see `REFUSALS`), its whole batch fails, and so does every later
 batch of that partition (aiokafka leaves the idempotent producer's sequence numbers behind the refused
@@ -49,6 +52,8 @@ _OpenBatch = tuple[BatchBuilder, list[Output], Append]
 """A batch being filled: aiokafka's batch, the records it holds, and the compiled `append` of the builder
 inside it, which takes each record's offset in the batch (the number of records before it) and returns
 None when the batch is full. The batch's own count is brought up to date when it is sent (`_flush`)."""
+
+UNACKED_BYTES = 32 * 1024 * 1024  # the Java producer's `buffer.memory` default
 
 _NO_HEADERS: list[tuple[str, bytes]] = []  # shared: the batch builder only reads it
 _BATCH_HEADER = 61  # bytes of a v2 record batch's header, counted in every record_size()
@@ -104,6 +109,7 @@ class Outputs:
         self._open: dict[tuple[str, int], _OpenBatch] = {}
         self._full: deque[tuple[str, int, _OpenBatch]] = deque()
         self._inflight: list[_Sent] = []
+        self._unacked_bytes = 0  # of the batches handed to the producer whose send is not done
         self._renewing = asyncio.Lock()  # tasks flush while the commit cycle sends refused batches again
         self._round_robin = itertools.count()
         self._traceparent: list[tuple[str, bytes]] = [(TRACEPARENT, b"")]
@@ -217,10 +223,14 @@ class Outputs:
                          for batch in self._batches_of(part)]  # fmt: skip
                 full.extendleft(reversed(parts))
                 continue
+            size = builder.size()
+            if self._unacked_bytes and self._unacked_bytes + size > UNACKED_BYTES:
+                await self._room_for(size)
             builder._relative_offset = len(records)  # the count aiokafka sends with (idempotence's sequence)
             future = await self.producer.send_batch(builder, topic, partition=partition)
             full.popleft()
-            future.add_done_callback(functools.partial(self._acked, topic, partition, len(records)))
+            self._unacked_bytes += size
+            future.add_done_callback(functools.partial(self._acked, topic, partition, len(records), size))
             self._inflight.append(_Sent(future, topic, partition, records))
             self._counters.produced += len(records)
             self.sent += len(records)
@@ -234,7 +244,16 @@ class Outputs:
                 sent.future.exception()
         self._full, self._open, self._inflight = deque(), {}, []
 
-    def _acked(self, topic: str, partition: int, count: int, future: asyncio.Future[Any]) -> None:
+    async def _room_for(self, size: int) -> None:
+        """Wait for sends, oldest first, until `size` more bytes fit (a failed send frees its room too:
+        `wait_acked` reports it), or none is left to wait for."""
+        for sent in self._inflight:
+            if self._unacked_bytes + size <= UNACKED_BYTES:
+                return
+            await asyncio.wait((sent.future,))
+
+    def _acked(self, topic: str, partition: int, count: int, size: int, future: asyncio.Future[Any]) -> None:
+        self._unacked_bytes -= size
         if future.cancelled() or future.exception() is not None:
             return
         end = future.result().offset + count

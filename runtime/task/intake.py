@@ -34,7 +34,7 @@ class Intake:
         group_inputs: frozenset[TopicPartition],
         end_offsets: Mapping[TopicPartition, int] | None,
         commit_before_processing: CommitBeforeProcessing | None,
-        flush_outputs: Callable[[], Awaitable[None]],
+        flush_outputs: Callable[[bool], Awaitable[None]],
         after_take: Callable[[], None],
         choose_failed: Callable[[Exception], StopAfterCommit],
         tables: frozenset[TopicPartition] = frozenset(),
@@ -118,7 +118,7 @@ class Intake:
             admitted = await self._admit(tp, records)
             if admitted:
                 rest = await self._loop.process(tp, admitted)
-            await self._flush_outputs()
+            await self._flush_outputs(bool(self.lists))  # with more records queued, small batches fill on
         finally:
             self.busy = False
             if rest and not self.stopping:
@@ -147,7 +147,7 @@ class Intake:
                     merge.put_back(tp, rest)
                 self.queued -= len(records) - len(rest)
                 budget -= len(records) - len(rest)
-            await self._flush_outputs()
+            await self._flush_outputs(False)
         finally:
             self.busy = False
             self._after_take()
@@ -193,7 +193,7 @@ class Intake:
                 for tp, offset in done.items():  # offsets and outputs once per turn, as the batch loops do
                     loop.on_batch_done(tp, offset, processed)
                     processed = 0
-            await self._flush_outputs()
+            await self._flush_outputs(False)
         finally:
             self.busy = False
             self._after_take()

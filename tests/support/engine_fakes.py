@@ -168,7 +168,7 @@ class FakeOutputs:
         for topic, key, value, *_ in records:
             self.append(topic, key, value)
 
-    async def flush(self) -> None:
+    async def flush(self, keep_filling: bool = False) -> None:
         self.sent_records += self.pending_records
         self.pending_records = []
 

@@ -56,7 +56,7 @@ None when the batch is full. The batch's own count is brought up to date when it
 UNACKED_BYTES = 32 * 1024 * 1024  # the Java producer's `buffer.memory` default
 # A batch this large goes to the producer even while its task has more records to process. aiokafka sends
 # one batch of a partition at a time, so many small batches (a task's batch spread over many partitions)
-# hold the output back: 1 KB records to 24 partitions went at 0.45x of a bare loop's batches of 512 KB.
+# hold the output back: 1 KB records to 24 partitions went at 0.46x of a bare loop (0.69x with this).
 RIPE_BYTES = 128 * 1024
 
 _NO_HEADERS: list[tuple[str, bytes]] = []  # shared: the batch builder only reads it

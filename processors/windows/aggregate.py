@@ -64,7 +64,7 @@ class Aggregate(Processor):
         timestamp = record.timestamp
         if timestamp < 0:
             raise ValueError(f"the record has no timestamp ({timestamp}), and windows go by it")
-        key = record.key if self.group_by is None else self._group_key(record)
+        key = record.key if self.group_by is None else self._group_key(record, self.group_by)
         value = None if self.counts_only else self._value(record)
         store = self.store
         previous = store.stream_time
@@ -85,17 +85,14 @@ class Aggregate(Processor):
         for result in self.windowing.take_updates():
             self._send(result, ctx)
 
-    def _group_key(self, record: Record) -> Any:
-        group_by = self.group_by
-        if group_by is None:
-            return record.key
+    def _group_key(self, record: Record, group_by: str | list[str]) -> Any:
+        """The key a record is grouped by when `group_by` names fields of its value."""
         if isinstance(group_by, str):
             return _field(record, group_by)
         return [_field(record, name) for name in group_by]
 
     def _value(self, record: Record) -> Any:
-        if self.counts_only:
-            return None
+        """What an aggregation other than a count reads of a record."""
         return record.value if self.field is None else _field(record, self.field)
 
     def _send(self, result: WindowResult, ctx: Context) -> None:

@@ -76,6 +76,8 @@ class AppConfig(Strict):
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
     state_dir: Path = Path("state")
     rocksdb: RocksDBConfig = Field(default_factory=RocksDBConfig)
+    # What the stores of a worker hold in memory until their commit: past it, the commit comes early.
+    store_buffer_mb: int = Field(default=16, ge=1)
     snapshots: SnapshotsConfig | None = None
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     health: HealthConfig | None = None  # /live and /ready over HTTP

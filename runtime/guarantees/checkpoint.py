@@ -96,7 +96,8 @@ class Checkpoints:
         self.store_checkpoints = store_checkpoints
         self._interval_s = interval_s
         self._one_at_a_time = asyncio.Lock()  # the timer, a revoke and the shutdown take turns
-        self._timer_stopped = asyncio.Event()
+        self._wake_timer = asyncio.Event()
+        self._timer_stopped = False
 
     async def commit(self, tasks: Iterable[Task]) -> None:
         """Commit the running tasks, each as soon as its current record is done. A task whose processor's
@@ -125,17 +126,23 @@ class Checkpoints:
                 self._post_commit(await self.committer.commit([checkpoint]))  # 2, 3
 
     async def commit_periodically(self, tasks: Callable[[], Iterable[Task]]) -> None:
-        """Until `stop_timer`. Never cancelled: a transaction cut off between its commit and the next
-        begin would leave its task with none open."""
+        """Until `stop_timer`; a commit comes before its time when `commit_soon` asks. Never cancelled: a
+        transaction cut off between its commit and the next begin would leave its task with none open."""
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._timer_stopped.wait(), self._interval_s)
-            if self._timer_stopped.is_set():
+                await asyncio.wait_for(self._wake_timer.wait(), self._interval_s)
+            self._wake_timer.clear()
+            if self._timer_stopped:
                 return
             await self.commit(tasks())
 
+    def commit_soon(self) -> None:
+        """The stores hold too much until their commit (runtime/state/store_buffers.py): commit now."""
+        self._wake_timer.set()
+
     def stop_timer(self) -> None:
-        self._timer_stopped.set()
+        self._timer_stopped = True
+        self._wake_timer.set()
 
     def _post_commit(self, committed: Committed) -> None:
         for checkpoint in committed.checkpoints:

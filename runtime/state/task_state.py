@@ -15,6 +15,7 @@ from processors.serdes import Serde
 from runtime.config import AppConfig, ProcessorConfig, SnapshotsConfig, StoreConfig
 from runtime.config.stores import TableConfig
 from runtime.kafka.outputs import Outputs
+from runtime.state.store_buffers import StoreBuffers
 from stores import (
     Backend,
     KeyValueStore,
@@ -62,12 +63,14 @@ class TaskState:
         partition: int,
         outputs: Outputs,
         topic_serdes: Mapping[str, tuple[Serde, Serde]] | None = None,
+        buffers: StoreBuffers | None = None,
     ):
         self.partition = partition
         self._config = config
         self._spec = spec
         self._outputs = outputs
         self._topic_serdes = topic_serdes or {}
+        self._buffers = buffers
         self.stores: dict[str, TaskStore] = {}
 
     @property
@@ -140,6 +143,11 @@ class TaskState:
     def has_unflushed_writes(self) -> bool:
         return any(entry.store.pending_count for entry in self.stores.values())
 
+    def note_buffered(self) -> None:
+        """After a batch: what the stores hold until the next commit, for the worker's bound on it."""
+        if self._buffers is not None:
+            self._buffers.hold(self, sum(entry.store.buffered_bytes for entry in self.stores.values()))
+
     def log_changes(self) -> None:
         """Hand the stores' changes since the last commit to the output path, as changelog records."""
         for entry in self.stores.values():
@@ -157,11 +165,13 @@ class TaskState:
             elif entry.changelog is not None:
                 offset = self._outputs.acked_ends.get((entry.changelog.topic, entry.changelog.partition))
             entry.store.flush(offset)
+        self._buffers_emptied()
 
     def discard(self) -> None:
         """Drop the writes of an aborted transaction."""
         for entry in self.stores.values():
             entry.store.discard()
+        self._buffers_emptied()
 
     def close(self) -> None:
         """Close every store, also when one fails: a store left open keeps its lock until the process ends.
@@ -174,3 +184,8 @@ class TaskState:
                 entry.store.close()
             except StoreError as error:
                 log.error("store %s partition %d: %s", entry.name, self.partition, error)
+        self._buffers_emptied()
+
+    def _buffers_emptied(self) -> None:
+        if self._buffers is not None:
+            self._buffers.hold(self, 0)

@@ -40,6 +40,7 @@ from runtime.counters import Counters
 from runtime.errors import StopAfterCommit
 from runtime.guarantees.checkpoint import Checkpoint, CommitBeforeProcessing
 from runtime.kafka.outputs import Outputs
+from runtime.state.store_buffers import StoreBuffers
 from runtime.state.task_state import TaskState
 from runtime.task.broadcast import BroadcastReader, BroadcastSource
 from runtime.task.choice_order import ChoiceOrder
@@ -93,6 +94,7 @@ class TaskServices:
     clock: Clock = SYSTEM_CLOCK  # the wall clock of punctuations
     # How long a leaving task waits for its records in flight before it abandons them, uncommitted.
     shutdown_timeout_s: float = 30.0
+    store_buffers: StoreBuffers | None = None  # the bound on what stores hold until their commit
 
 
 class Task:
@@ -412,6 +414,8 @@ class Task:
             self.next_offsets[tp] = done
         self._services.counters.processed += processed
         self._release_outputs()
+        if self.state is not None:
+            self.state.note_buffered()
 
     def _release_outputs(self) -> None:
         self.outputs.append_all(self._context.pending)

@@ -118,7 +118,10 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
         processor = construct(spec, task_id)
         outputs = self._outputs_for(task_id)
         stateful = spec.stores or spec.tables
-        state = TaskState(self._config, spec, task_id.partition, outputs, self._services.serdes) if stateful else None
+        state = None
+        if stateful:
+            services = self._services
+            state = TaskState(self._config, spec, task_id.partition, outputs, services.serdes, services.store_buffers)
         broadcast = None
         if spec.broadcast:
             assert state is not None and self._services.broadcast is not None  # the config adds the positions' store

@@ -32,6 +32,7 @@ from runtime.kafka.topic_serdes import topic_serdes
 from runtime.kafka.topics import describe_limits, ensure_topics
 from runtime.state.checkpoints import StoreCheckpoints
 from runtime.state.restore import ChangelogRestorer
+from runtime.state.store_buffers import MB, StoreBuffers
 from runtime.task.broadcast import BroadcastSource
 from runtime.task.event_time import timestamp_readers
 from runtime.task.failures import FailureHandler
@@ -214,6 +215,7 @@ class Worker:
         committer = self._committer(consumer, shared)
         store_checkpoints = StoreCheckpoints.configured(config, partition_counts)
         checkpoints = Checkpoints(committer, config.commit_interval_s, store_checkpoints)
+        store_buffers = StoreBuffers(config.store_buffer_mb * MB, checkpoints.commit_soon)
         restorer = ChangelogRestorer(
             self._restore_consumer, counters, self.telemetry.tracer, committed=consumer.committed
         )
@@ -231,6 +233,7 @@ class Worker:
             Unfetched(consumer, end_offsets),
             self._broadcast_source(partition_counts),
             shutdown_timeout_s=config.shutdown_timeout_s,
+            store_buffers=store_buffers,
         )
         assignment = Assignment(
             config,

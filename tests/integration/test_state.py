@@ -17,9 +17,9 @@ from runtime.config import parse_app
 from runtime.worker.worker import Worker
 from stores.partitioner import partition_for
 from tests.conftest import TopicNamer
-from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.kafka_helpers import committed_offsets, create_topic, produce, read_topic
 from tests.support.kills import FAST_FAILOVER
-from tests.support.running import numbered, spawn_worker, write_app
+from tests.support.running import numbered, spawn_worker, until, write_app
 
 pytestmark = pytest.mark.anyio
 
@@ -111,6 +111,33 @@ async def test_deleted_state_dir_is_restored_in_full(
     second = await run_until_caught_up(app, kafka_bootstrap)
     assert second.counters.restored >= KEYS, "every key came back from the changelog"
     assert await final_counts(kafka_bootstrap, sink) == true_counts(4000)
+
+
+async def test_full_store_buffers_bring_the_commit_before_its_interval(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    """A store of many keys holds about 200 bytes a record until its commit: past `store_buffer_mb`, the
+    commit comes early, though the interval is ten minutes away."""
+    source, sink = topic_name("in"), topic_name("out")
+    await create_topic(kafka_bootstrap, source, 2)
+    total = 40_000  # about 7 MB of buffered writes: 1 MB is passed every 5,000 or so
+    await produce(kafka_bootstrap, source, [(f"key-{n}".encode(), msgpack.packb({"n": n})) for n in range(total)])
+    app = counting_app(topic_name("app"), source, sink, 2, tmp_path / "state", "rocksdb")
+    # Batches of 500 records: the bound is checked after each.
+    app |= {"commit_interval_ms": 600_000, "store_buffer_mb": 1, "kafka": {"consumer": {"max_poll_records": 500}}}
+    worker = Worker(parse_app(app), kafka_bootstrap)
+    running = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: worker.counters.processed == total, "every record is processed")
+        # Under at-least-once the tasks go on while a commit runs, so each commit takes in about 2 MB.
+        await until(lambda: worker.counters.commits >= 2, "the full buffers brought commits")
+        committed = sum((await committed_offsets(kafka_bootstrap, app["app_id"])).values())
+        assert committed >= total // 2, "commits came as the buffers filled"
+        changelog = await read_topic(kafka_bootstrap, f"{app['app_id']}-counts-changelog")
+        assert len(changelog) >= committed, "what is committed is in the changelog"
+    finally:
+        worker.stop()
+        await asyncio.wait_for(running, 60)
 
 
 async def test_damaged_store_is_detected_and_rebuilt(

@@ -238,6 +238,9 @@ class FakeState:
         self._name = name
         self._log = log
 
+    def note_buffered(self) -> None:
+        return None
+
     def log_changes(self) -> None:
         self._log.append(f"{self._name} log changes")
 

@@ -7,14 +7,14 @@ parser (CorruptRecordException from the pure-Python one), a failed checksum or a
 raises CorruptRecordException. The records that call had already parsed, of that partition and of the
 partitions drained before it, are lost with it, and every fetch of the partition fails the same way.
 
-So `getmany` here changes the class of each fetched partition's record iterator (aiokafka's
-PartitionRecords) to a subclass whose `__next__` is the same but ends the partition's records at a
-parse error instead of raising, and notes where. That happens once per fetched partition, when the
-fetcher stores its result in the dict it keeps results in (replaced by one that does it); each record
-still goes through aiokafka's own code, the Cython parser's or the pure-Python one's, and costs what it
-did. After `getmany()` returned, the batch holding the offset each noted partition stopped at is
+So `getmany` here gives each fetched partition's result the worker's own records (runtime/kafka/fetched.py),
+which end the partition's records before a batch that raises a parse error instead of raising it, and
+note where. That happens once per fetched partition, when the fetcher stores its result in the dict it
+keeps results in (replaced by one that does it); each record still goes through aiokafka's parser, the
+Cython one or the pure-Python one. After `getmany()` returned, the batch holding the offset each noted
+partition stopped at is
 fetched again, raw, and read by `record_batches`, which delimits every record it can: the valid ones
-are appended as ConsumerRecords, each record the client cannot parse as an `UnparseableRecord`, and
+are appended as FetchedRecords, each record the client cannot parse as an `UnparseableRecord`, and
 the consumer is moved past the batch. The task meets an UnparseableRecord as any record: reading its
 key raises UnparseableRecordError, and the deserialization policy fails, skips or dead-letters it in
 order and under the task's guarantee (in its transaction under exactly-once). Nothing of the batch is
@@ -30,11 +30,12 @@ import logging
 from collections import OrderedDict
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.consumer.fetcher import FetchResult
 from aiokafka.errors import CorruptRecordException, KafkaError
 from aiokafka.protocol.fetch import FetchRequest
 
+from runtime.kafka.fetched import FetchedPartitionRecords, FetchedRecord, take_by_batches
 from runtime.kafka.record_batches import RawBatch, RawRecord, read_batch, split_batches
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class UnparseableRecordError(Exception):
     """The Kafka client cannot parse a record. `recovered` is what its bytes still hold, for a dead
     letter: its key, value and headers, a header key that is not UTF-8 with its bytes escaped (`\\xff`)."""
 
-    def __init__(self, message: str, recovered: ConsumerRecord[bytes, bytes]):
+    def __init__(self, message: str, recovered: FetchedRecord):
         super().__init__(message)
         self.recovered = recovered
 
@@ -62,7 +63,7 @@ class UnparseableRecord:
     __slots__ = ("_message", "_recovered", "offset", "partition", "timestamp", "timestamp_type", "topic")
     headers = ()  # read before the key, for trace context: there is none to trust
 
-    def __init__(self, message: str, recovered: ConsumerRecord[bytes, bytes]):
+    def __init__(self, message: str, recovered: FetchedRecord):
         self.topic = recovered.topic
         self.partition = recovered.partition
         self.offset = recovered.offset
@@ -97,22 +98,14 @@ async def getmany(consumer: AIOKafkaConsumer, timeout_ms: int) -> dict[TopicPart
     return batches
 
 
-class _StoppingRecords(PartitionRecords):  # type: ignore[misc]
-    """aiokafka's iterator over a fetched partition's records, ended by a record it cannot parse."""
+class _StoppingRecords(FetchedPartitionRecords):
+    """A fetched partition's records (runtime/kafka/fetched.py), ended by a batch the client cannot parse."""
 
+    stop_at = PARSE_ERRORS
     stops: list[Stop]
-    _records_iterator: Any
 
-    def __next__(self) -> Any:
-        try:
-            return next(self._records_iterator)
-        except StopIteration:
-            self._records_iterator = None
-            raise
-        except PARSE_ERRORS as error:
-            self._records_iterator = None
-            self.stops.append((self._tp, self.next_fetch_offset, error))
-            raise StopIteration from None
+    def stopped(self, error: Exception) -> None:
+        self.stops.append((self._tp, self.next_fetch_offset, error))
 
 
 class _StoppingResults(OrderedDict[TopicPartition, Any]):
@@ -126,9 +119,9 @@ class _StoppingResults(OrderedDict[TopicPartition, Any]):
 
     def __setitem__(self, tp: TopicPartition, result: Any) -> None:
         if result.__class__ is FetchResult and result._partition_records is not None:  # errors pass as they are
-            # Built anew rather than given a new `__class__`, which would turn the instance's attributes
-            # into a real dict and slow every attribute read aiokafka makes per record. The fetcher stores a
-            # partition's records before it iterates them, so nothing of the first one is lost.
+            # Built anew rather than given a new `__class__`, which would turn the instance's attributes into
+            # a real dict and slow every attribute read. The fetcher stores a partition's result before it
+            # takes its records, so nothing of the first one is lost.
             given = result._partition_records
             records = _StoppingRecords(
                 given._tp, given._records, given._aborted_transactions, given.next_fetch_offset,
@@ -136,6 +129,7 @@ class _StoppingResults(OrderedDict[TopicPartition, Any]):
             )  # fmt: skip
             records.stops = self.stops
             result._partition_records = records
+            take_by_batches(result)
         super().__setitem__(tp, result)
 
 
@@ -183,14 +177,10 @@ async def _fetch_batch(consumer: AIOKafkaConsumer, tp: TopicPartition, offset: i
 
 
 def _record(tp: TopicPartition, raw: RawRecord) -> Any:
-    key_size = -1 if raw.key is None else len(raw.key)
-    value_size = -1 if raw.value is None else len(raw.value)
     errors = "strict" if raw.problem is None else "backslashreplace"
     headers = tuple((key.decode(errors=errors), value) for key, value in raw.headers)
-    record: ConsumerRecord[bytes, bytes] = ConsumerRecord(
-        tp.topic, tp.partition, raw.offset, raw.timestamp, raw.timestamp_type, raw.key, raw.value, None,
-        key_size, value_size, headers,
-    )  # fmt: skip
+    record = FetchedRecord(tp.topic, tp.partition, raw.offset, raw.timestamp, raw.timestamp_type, raw.key, raw.value,
+                           headers)  # fmt: skip
     if raw.problem is None:
         return record
     return UnparseableRecord(f"the Kafka client cannot parse this record: {raw.problem}", record)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.consumer.fetcher import READ_COMMITTED, PartitionRecords
+from aiokafka.consumer.fetcher import READ_COMMITTED
 from aiokafka.record.default_records import _DefaultRecordBatchPy
 from aiokafka.record.memory_records import MemoryRecords
 
@@ -79,12 +79,12 @@ class PurePythonRecords:
 
 
 @pytest.mark.parametrize("parser", [MemoryRecords, PurePythonRecords], ids=["cython", "pure-python"])
-def test_the_record_iterator_stops_at_a_record_it_cannot_parse(parser: Any) -> None:
+def test_the_records_stop_before_a_batch_the_client_cannot_parse(parser: Any) -> None:
     data = record_batch(three(headers=[])) + record_batch(three(), base_offset=3)
-    records = PartitionRecords(TP, parser(data), [], 0, None, None, True, READ_COMMITTED)
-    records.__class__ = _StoppingRecords
+    records = _StoppingRecords(TP, parser(data), [], 0, None, None, True, READ_COMMITTED)
     records.stops = []
-    assert [r.offset for r in records] == [0, 1, 2, 3]
-    assert records.next_fetch_offset == 4
+    taken, done = records.take(None)
+    assert [r.offset for r in taken] == [0, 1, 2] and done
+    assert records.next_fetch_offset == 3, "the batch is read again from its start, raw"
     [(tp, offset, error)] = records.stops
-    assert (tp, offset) == (TP, 4) and "utf-8" in str(error)
+    assert (tp, offset) == (TP, 3) and "utf-8" in str(error)

@@ -1,0 +1,137 @@
+"""How a worker's consumer hands over what it fetched: a partition's records as `FetchedRecord`s, a whole
+record batch at a time.
+
+aiokafka hands over a partition's records one at a time: `getall` steps an iterator, whose generator
+walks the batches and turns each record into a ConsumerRecord, measuring its key and value and calling
+the dataclass's generated `__init__`, a Python frame setting 11 fields: four Python frames a record.
+A worker's consumer decodes nothing itself (the topics' serdes do, in the tasks) and reads none of the
+sizes, so here each record becomes a named tuple of the fields the runtime reads, keeping
+ConsumerRecord's names, and a batch's records are made in one comprehension, in C but for the tuple's
+fields. Over batches of 1,000 records of 100 bytes: 233 ns a record, against 410 ns for aiokafka's
+conversion alone.
+
+The batches are walked as aiokafka walks them: a batch failing its checksum raises, control batches
+and, under read_committed, the batches of aborted transactions are skipped, and records below the
+fetch position (of a batch fetched from its start) are left out. A partition's position moves to
+after the last record taken, or to the end of the last batch taken whole.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, ClassVar, NamedTuple
+
+from aiokafka.consumer.fetcher import READ_COMMITTED, FetchResult, PartitionRecords
+from aiokafka.errors import CorruptRecordException
+
+
+class FetchedRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+_new = tuple.__new__
+
+
+class FetchedPartitionRecords(PartitionRecords):  # type: ignore[misc]
+    """A fetched partition's records, taken by `take` a batch at a time.
+
+    A subclass may name errors that end the partition's records where they are met (`stop_at`): the
+    batch that raised one is left untaken, `stopped` is told, and what was taken before it is kept.
+    """
+
+    stop_at: ClassVar[tuple[type[Exception], ...]] = ()
+
+    def __init__(self, *args: Any) -> None:
+        """As aiokafka's PartitionRecords: tp, records, aborted transactions, fetch offset, key and value
+        deserializers (none here), check_crcs, isolation level."""
+        super().__init__(*args)
+        self._left: list[FetchedRecord] = []  # of the batch being taken, what is not taken yet
+        self._left_end = 0  # the end of that batch: the position once all of it is taken
+
+    def take(self, most: int | None) -> tuple[list[FetchedRecord], bool]:
+        """Up to `most` records (every one when None), and whether none is left."""
+        taken: list[FetchedRecord] = []
+        left = self._left
+        while True:
+            if left:
+                room = len(left) if most is None else most - len(taken)
+                if room < len(left):
+                    taken += left[:room]
+                    self._left = left[room:]
+                    self.next_fetch_offset = taken[-1].offset + 1
+                    return taken, False
+                taken += left
+                self._left = left = []
+                self.next_fetch_offset = self._left_end
+                if most is not None and len(taken) >= most:
+                    return taken, False
+            try:
+                batch = self._next_data_batch()
+                if batch is None:
+                    return taken, True
+                left = self._records_of(batch)
+            except self.stop_at as error:
+                self.stopped(error)
+                return taken, True
+            if left:
+                self._left, self._left_end = left, batch.next_offset
+            else:  # every record of it below the position
+                self.next_fetch_offset = batch.next_offset
+
+    def stopped(self, error: Exception) -> None:
+        """A batch raised one of `stop_at`: the partition's records end before it."""
+
+    def _next_data_batch(self) -> Any:
+        """The next batch holding records to hand over; None after the last."""
+        records = self._records
+        while records.has_next():
+            batch = records.next_batch()
+            if self._check_crcs and not batch.validate_crc():
+                raise CorruptRecordException(f"Invalid CRC - {self._tp}")
+            if self._isolation_level == READ_COMMITTED and batch.producer_id is not None:
+                self._consume_aborted_up_to(batch.base_offset)
+                if batch.is_control_batch and self._contains_abort_marker(batch):
+                    self._aborted_producers.discard(batch.producer_id)
+                if batch.is_transactional and batch.producer_id in self._aborted_producers:
+                    self.next_fetch_offset = batch.next_offset
+                    continue
+            if batch.is_control_batch:
+                self.next_fetch_offset = batch.next_offset
+                continue
+            return batch
+        return None
+
+    def _records_of(self, batch: Any) -> list[FetchedRecord]:
+        topic, partition, start = self._tp.topic, self._tp.partition, self.next_fetch_offset
+        return [
+            _new(FetchedRecord, (topic, partition, record.offset, record.timestamp, record.timestamp_type,
+                                 record.key, record.value, tuple(record.headers)))
+            for record in batch
+            if record.offset >= start
+        ]  # fmt: skip
+
+
+def take_by_batches(result: FetchResult) -> None:
+    """Makes `result` (aiokafka's result of a partition's fetch, holding FetchedPartitionRecords) hand its
+    records over a batch at a time. Its `getall` is replaced on the instance: aiokafka's fetcher takes
+    only results whose type is exactly FetchResult."""
+    result.getall = functools.partial(_getall, result)
+
+
+def _getall(result: FetchResult, max_records: int | None = None) -> list[FetchedRecord]:
+    """`FetchResult.getall`, with the records taken by `FetchedPartitionRecords.take`."""
+    if not result.check_assignment(result._topic_partition) or not result.has_more():
+        return []
+    partition_records: FetchedPartitionRecords = result._partition_records
+    records, done = partition_records.take(max_records)
+    result._update_position()
+    if done:
+        result._partition_records = None
+    return records

@@ -1,10 +1,13 @@
 """What window and session stores share: an observed stream time, and the expiry it drives.
 
-The stream time is an entry of the store itself (stores/layout.py), so it is buffered, committed,
-logged and restored with the entries it expired. Entries older than `stream_time - retention_ms`
-are hidden from reads at once, and removed (both their entries, so the changelog gets tombstones)
-by a scan of the time index each time the cutoff has moved on by an eighth of the retention: the
-per-record cost of `advance` stays a comparison, and the store holds at most 9/8 of the retention.
+The stream time is an entry of the store itself (stores/layout.py), so it is committed, logged and
+restored with the entries it expired. It moves with nearly every record, so it is written into the
+store when the commit takes the store's changes (`write_stream_time`), not at each record.
+
+Entries older than `stream_time - retention_ms` are hidden from reads at once, and removed (both their
+entries, so the changelog gets tombstones) by a scan of the time index each time the cutoff has moved
+on by an eighth of the retention: the per-record cost of `advance` stays a comparison, and the store
+holds at most 9/8 of the retention.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class ExpiringStore:
         self._expire_every = max(1, retention_ms // EXPIRY_STEPS)
         self._generation = -1  # below the store's: the first call reads the stream time
         self._stream_time = -1
+        self._stream_time_written = True
         self._next_expiry = MIN_TIME
         self._expired_below: int | None = None
         # The entry last seen to exist (a window's `get`, a session `find` yielded): a `put` of it
@@ -71,10 +75,17 @@ class ExpiringStore:
             self._reread()
         if timestamp > self._stream_time:
             self._stream_time = timestamp
-            self._store.put(STREAM_TIME_KEY, STREAM_TIME.pack(timestamp))
+            self._stream_time_written = False
             if timestamp - self._retention >= self._next_expiry:
                 self._expire(timestamp - self._retention)
         return self._stream_time
+
+    def write_stream_time(self) -> None:
+        """Put the stream time into the store, when it moved since it was last put there: the engine calls
+        this before a commit takes the store's changes."""
+        if not self._stream_time_written and self._generation == self._store.generation:
+            self._store.put(STREAM_TIME_KEY, STREAM_TIME.pack(self._stream_time))
+        self._stream_time_written = True
 
     def _cutoff(self) -> int:
         """Entries below it (windows by start, sessions by end) have expired."""
@@ -99,6 +110,7 @@ class ExpiringStore:
         """The store changed under the view (restored, or an aborted transaction's writes dropped)."""
         stored = self._store.get(STREAM_TIME_KEY)
         self._stream_time = -1 if stored is None else int(STREAM_TIME.unpack(stored)[0])
+        self._stream_time_written = True
         self._next_expiry = MIN_TIME  # what was removed is unknown: the next advance scans
         self._expired_below = None
         self._generation = self._store.generation

@@ -52,8 +52,10 @@ class KeyValueStore:
         self._pending: dict[bytes, bytes | None] = {}
         # The pending keys in order, built by the first range read after a flush and kept up from then
         # on, so a range read costs its range, not a sort of the whole buffer (window and session
-        # stores read a range per record).
+        # stores read a range per record). Keys new since the last range read wait in `_unordered` and
+        # join it at the next one, all at once: one at a time, they cost a microsecond each.
         self._pending_order: SortedList | None = None
+        self._unordered: list[bytes] = []
         # The same writes, kept until taken for the changelog (`None` when there is no changelog).
         self._unlogged: dict[bytes, bytes | None] | None = {} if changelog else None
         # Counts the changes of contents that do not go through `put` and `delete` (discard, restore,
@@ -91,7 +93,7 @@ class KeyValueStore:
         key_bytes = self._keys.serialize(key)
         value_bytes = self._values.serialize(value)
         if self._pending_order is not None and key_bytes not in self._pending:
-            self._pending_order.add(key_bytes)
+            self._unordered.append(key_bytes)
         self._pending[key_bytes] = value_bytes
         if self._unlogged is not None:
             self._unlogged[key_bytes] = value_bytes
@@ -99,7 +101,7 @@ class KeyValueStore:
     def delete(self, key: Any) -> None:
         key_bytes = self._keys.serialize(key)
         if self._pending_order is not None and key_bytes not in self._pending:
-            self._pending_order.add(key_bytes)
+            self._unordered.append(key_bytes)
         self._pending[key_bytes] = None
         if self._unlogged is not None:
             self._unlogged[key_bytes] = None
@@ -107,7 +109,7 @@ class KeyValueStore:
     def write_encoded(self, key_bytes: bytes, value_bytes: bytes | None) -> None:
         """A write of bytes already encoded (by the topic a table mirrors); `None` deletes."""
         if self._pending_order is not None and key_bytes not in self._pending:
-            self._pending_order.add(key_bytes)
+            self._unordered.append(key_bytes)
         self._pending[key_bytes] = value_bytes
         if self._unlogged is not None:
             self._unlogged[key_bytes] = value_bytes
@@ -143,12 +145,14 @@ class KeyValueStore:
             self._backend.write(self._pending.items(), changelog_offset)
         self._pending = {}
         self._pending_order = None
+        self._unordered = []
 
     def discard(self) -> None:
         """Drop the pending buffer, e.g. when its exactly-once transaction aborted."""
         self.generation += 1
         self._pending = {}
         self._pending_order = None
+        self._unordered = []
         if self._unlogged is not None:
             self._unlogged = {}
 
@@ -173,6 +177,9 @@ class KeyValueStore:
         order, pending = self._pending_order, self._pending
         if order is None:
             order = self._pending_order = SortedList(pending)
+        elif self._unordered:
+            order.update(self._unordered)
+            self._unordered = []
         changes = [(key, pending[key]) for key in order.irange(lower, upper, inclusive=(True, False))]
         return overlay(self._backend.items(lower, upper), changes)
 

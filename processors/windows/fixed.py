@@ -12,6 +12,7 @@ from processors.windows.definitions import Hopping, Tumbling
 from processors.windows.windowing import WindowResult, hashable
 
 _ABSENT = object()
+_AFTER_ALL_TIME = 2**63  # above every timestamp
 
 
 class FixedWindows:
@@ -28,6 +29,11 @@ class FixedWindows:
         self._lead = windows.size_ms + windows.grace_ms  # from a window's start to its close
         self._step = windows.advance_ms if isinstance(windows, Hopping) else windows.size_ms
         self._tumbling = isinstance(windows, Tumbling)
+        # Up to `_next_close` (exclusive) no window closes, as long as the stream time does not go back
+        # below `_checked_to`, the stream time `close` last looked at: the stream time moves with nearly
+        # every record, windows close once a window size.
+        self._checked_to = _AFTER_ALL_TIME
+        self._next_close = 0
 
     def add(self, key: Any, value: Any, timestamp: int, stream_time: int) -> str | None:
         if self._tumbling:
@@ -58,10 +64,11 @@ class FixedWindows:
     def close(self, previous: int, stream_time: int) -> list[WindowResult]:
         """Windows close at start + size + grace: those starting in this range closed now. Each is emitted
         and deleted in one step, so the commit that holds its result also holds its deletion."""
-        if not self._final or previous < 0:
+        if not self._final or previous < 0 or (previous >= self._checked_to and stream_time < self._next_close):
             return []
         lead, step = self._lead, self._step
         earliest, latest = previous - lead + 1, stream_time - lead
+        self._checked_to, self._next_close = stream_time, latest - latest % step + step + lead
         if earliest + -earliest % step > latest:  # no window starts in the range: no need to read the store
             return []
         store, size = self._store, self._size

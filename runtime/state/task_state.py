@@ -139,6 +139,12 @@ class TaskState:
         entry = self.stores[name]
         entry.store.wipe()
 
+    def _write_stream_times(self) -> None:
+        """Window and session stores keep their stream time in memory between commits."""
+        for entry in self.stores.values():
+            if entry.view is not None:
+                entry.view.write_stream_time()
+
     @property
     def has_unflushed_writes(self) -> bool:
         return any(entry.store.pending_count for entry in self.stores.values())
@@ -150,6 +156,7 @@ class TaskState:
 
     def log_changes(self) -> None:
         """Hand the stores' changes since the last commit to the output path, as changelog records."""
+        self._write_stream_times()
         for entry in self.stores.values():
             if entry.changelog is not None and not entry.mirrors_input:
                 changelog = entry.changelog
@@ -158,6 +165,7 @@ class TaskState:
     def flush(self, committed: Mapping[TopicPartition, int]) -> None:
         """Write pending changes with the changelog offset they are covered by (after the acks); a table's
         with the input offset just `committed` of the topic it mirrors."""
+        self._write_stream_times()
         for entry in self.stores.values():
             offset = None
             if entry.mirrors_input:

@@ -72,3 +72,30 @@ def test_windows_close_once_each_when_the_stream_time_reaches_their_close_time(
             stream_time = new_time
     assert len(set(closed)) == len(closed)
     assert all(isinstance(result, WindowResult) and result.end - result.start == windows.size_ms for result in closed)
+
+
+def test_windows_close_again_after_an_abort_took_the_stream_time_and_their_closing_back() -> None:
+    tumbling = Tumbling(60_000)
+    raw = KeyValueStore(MemoryBackend(), BytesSerde(), BytesSerde(), name="w", changelog=True)
+    store = WindowStore(raw, tumbling.retention_ms)
+    fixed = FixedWindows(tumbling, Count(), store, True)
+
+    def record(key: str, timestamp: int) -> list[tuple[str, int, int]]:
+        """What the Aggregate processor does with a record: add it, then close what the stream time passed."""
+        previous = store.stream_time
+        stream_time = max(previous, timestamp)
+        fixed.add(key, None, timestamp, stream_time)
+        closed = fixed.close(previous, stream_time) if stream_time > previous else []
+        store.advance(timestamp)
+        return [(result.key, result.start, result.aggregate) for result in closed]
+
+    assert record("a", 1_000) == record("a", 2_000) == []
+    store.write_stream_time()
+    raw.flush(1)  # committed: window 0 holds a twice, the stream time is 2,000
+    assert record("b", 30_000) == []
+    assert record("b", 60_005) == [("a", 0, 2), ("b", 0, 1)]
+    assert record("b", 60_010) == [], "a window closes once"
+    raw.discard()  # the transaction aborted: its records come again, from the stream time it committed
+    assert store.stream_time == 2_000
+    assert record("b", 30_000) == []
+    assert record("b", 60_005) == [("a", 0, 2), ("b", 0, 1)]

@@ -71,6 +71,7 @@ async def test_an_aborted_transaction_takes_the_stream_time_back_with_the_window
         windows = ctx.window_store("per-minute")
         windows.advance(60_000)
         windows.put("a", 0, 1)
+        windows.write_stream_time()  # as the engine does at a commit
         state.stores["per-minute"].store.flush(1)  # committed
         windows.advance(300_000)  # expires window 0
         assert windows.get("a", 0) is None

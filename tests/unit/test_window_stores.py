@@ -111,6 +111,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule()
     def commit(self) -> None:
+        self.store.write_stream_time()  # as the engine does before it takes the changes
         self.changelog.extend(self.raw.take_changes().items())
         self.raw.flush(len(self.changelog))
         self.committed = (dict(self.entries), self.stream_time)

@@ -52,6 +52,9 @@ class FetchedPartitionRecords(PartitionRecords):  # type: ignore[misc]
         """As aiokafka's PartitionRecords: tp, records, aborted transactions, fetch offset, key and value
         deserializers (none here), check_crcs, isolation level."""
         super().__init__(*args)
+        # aiokafka's record generator, never started here: it would hold this object, and the fetched
+        # bytes, in a reference cycle that only the cyclic collector frees.
+        self._records_iterator = None
         self._left: list[FetchedRecord] = []  # of the batch being taken, what is not taken yet
         self._left_end = 0  # the end of that batch: the position once all of it is taken
 

@@ -7,18 +7,17 @@ parser (CorruptRecordException from the pure-Python one), a failed checksum or a
 raises CorruptRecordException. The records that call had already parsed, of that partition and of the
 partitions drained before it, are lost with it, and every fetch of the partition fails the same way.
 
-So `getmany` here gives each fetched partition's result the worker's own records (runtime/kafka/fetched.py),
-which end the partition's records before a batch that raises a parse error instead of raising it, and
-note where. That happens once per fetched partition, when the fetcher stores its result in the dict it
-keeps results in (replaced by one that does it); each record still goes through aiokafka's parser, the
-Cython one or the pure-Python one. After `getmany()` returned, the batch holding the offset each noted
-partition stopped at is
-fetched again, raw, and read by `record_batches`, which delimits every record it can: the valid ones
-are appended as FetchedRecords, each record the client cannot parse as an `UnparseableRecord`, and
-the consumer is moved past the batch. The task meets an UnparseableRecord as any record: reading its
-key raises UnparseableRecordError, and the deserialization policy fails, skips or dead-letters it in
-order and under the task's guarantee (in its transaction under exactly-once). Nothing of the batch is
-lost, and no record stops its partition for good.
+So `getmany` here gives each fetched partition's result records of the worker's own kind
+(runtime/kafka/fetched.py), which end before a batch that raises a parse error, instead of raising it,
+and note where. That happens once per fetched partition, when the fetcher stores its result in the
+dict it keeps results in (replaced by one that does it); each record still goes through aiokafka's
+parser, the Cython one or the pure-Python one. After `getmany()` returned, the batch each noted
+partition stopped at is fetched again, raw, and read by `record_batches`, which delimits every record
+it can: the valid ones are appended as FetchedRecords, each record the client cannot parse as an
+`UnparseableRecord`, and the consumer is moved past the batch. The task meets an UnparseableRecord as
+any record: reading its key raises UnparseableRecordError, and the deserialization policy fails, skips
+or dead-letters it in order and under the task's guarantee (in its transaction under exactly-once).
+Nothing of the batch is lost, and no record stops its partition for good.
 
 This reaches into aiokafka 0.14's consumer (`_fetcher._records`, PartitionRecords, `_client`), which is
 why the project pins aiokafka below 0.15.

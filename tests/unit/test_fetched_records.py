@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 from aiokafka import TopicPartition
 from aiokafka.consumer.fetcher import READ_UNCOMMITTED
 from aiokafka.record.memory_records import MemoryRecords
@@ -55,3 +58,15 @@ def test_a_batch_wholly_below_the_position_moves_the_position_past_it() -> None:
     taken, _ = records.take(1)
     assert [r.offset for r in taken] == [3]
     assert records.next_fetch_offset == 4
+
+
+def test_taken_records_free_their_fetched_bytes_without_the_cyclic_collector() -> None:
+    records = fetched(batches(0, 3))
+    records.take(None)
+    gone = weakref.ref(records)
+    gc.disable()
+    try:
+        del records
+        assert gone() is None, "freed as soon as it is dropped, with the fetched bytes it holds"
+    finally:
+        gc.enable()

@@ -225,14 +225,14 @@ class Outputs:
             self._open = {}
         while full:
             topic, partition, (builder, records, _) = full[0]
+            size = builder.size()
             limits = self.limits.get(topic)
-            if limits is not None and len(records) > 1 and builder.size() > limits.max_bytes:
+            if limits is not None and len(records) > 1 and size > limits.max_bytes:
                 full.popleft()  # the producer's batches outgrow the topic: smaller ones, in order
                 parts = [(topic, partition, batch) for part in self._split(records, limits.max_bytes)
                          for batch in self._batches_of(part)]  # fmt: skip
                 full.extendleft(reversed(parts))
                 continue
-            size = builder.size()
             if self._unacked_bytes and self._unacked_bytes + size > UNACKED_BYTES:
                 await self._room_for(size)
             builder._relative_offset = len(records)  # the count aiokafka sends with (idempotence's sequence)

@@ -13,8 +13,10 @@ from stores.rocksdb import RocksDBBackend, wipe
 from stores.sessions import SessionStore
 from stores.store import KeyValueStore
 from stores.windows import WindowStore
+from stores.windows_by_time import WindowByTimeStore
 
 __all__ = [
+    "TIME_VIEWS",
     "Backend",
     "Change",
     "KeyValueStore",
@@ -26,10 +28,18 @@ __all__ = [
     "StoreError",
     "StoreLocked",
     "StoreWriteFailed",
+    "WindowByTimeStore",
     "WindowStore",
     "open_backend",
     "wipe",
 ]
+
+TIME_VIEWS: dict[str, type[WindowStore | SessionStore]] = {
+    "window": WindowStore,
+    "window_by_time": WindowByTimeStore,
+    "session": SessionStore,
+}
+"""The view a store of each kind in time is read and written through, over its store of bytes."""
 
 
 def open_backend(kind: Literal["memory", "rocksdb"], path: str | os.PathLike[str] | None = None) -> Backend:

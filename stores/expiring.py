@@ -4,10 +4,10 @@ The stream time is an entry of the store itself (stores/layout.py), so it is com
 restored with the entries it expired. It moves with nearly every record, so it is written into the
 store when the commit takes the store's changes (`write_stream_time`), not at each record.
 
-Entries older than `stream_time - retention_ms` are hidden from reads at once, and removed (both their
-entries, so the changelog gets tombstones) by a scan of the time index each time the cutoff has moved
-on by an eighth of the retention: the per-record cost of `advance` stays a comparison, and the store
-holds at most 9/8 of the retention.
+Entries older than `stream_time - retention_ms` are hidden from reads at once, and removed (with their
+index entries, so the changelog gets tombstones) by a scan of the keys in time order each time the
+cutoff has moved on by an eighth of the retention: the per-record cost of `advance` stays a comparison,
+and the store holds at most 9/8 of the retention.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from processors.serdes import Serde
-from stores.layout import INDEX, MIN_TIME, STREAM_TIME, STREAM_TIME_KEY, time_range
+from stores.errors import StoreError
+from stores.layout import MIN_TIME, STREAM_TIME, STREAM_TIME_KEY, WINDOW_BY_TIME, StoreKind, time_range
+from stores.ranges import prefix_end
 from stores.serdes import resolve_serde
 from stores.store import KeyValueStore
 
@@ -26,8 +28,13 @@ EXPIRY_STEPS = 8
 class ExpiringStore:
     """A view over a bytes-keyed `KeyValueStore`, which keeps doing the buffering, changelog and restore.
 
-    `entry_of_index` names the entry an index key points at (the layout differs by kind).
+    `kind` names the store kind it serves, `_foreign_tags` the range of tags its layout never writes.
+    `by_time` is the tag of the keys in time order (stores/layout.py): a time index, whose keys name
+    their entries by `entry_of_index`, or the entries themselves (`entry_of_index` None).
     """
+
+    kind: StoreKind
+    _foreign_tags = (WINDOW_BY_TIME, prefix_end(WINDOW_BY_TIME))
 
     def __init__(
         self,
@@ -35,7 +42,8 @@ class ExpiringStore:
         retention_ms: int,
         key_serde: Serde | None,
         value_serde: Serde | None,
-        entry_of_index: Callable[[bytes], bytes],
+        by_time: bytes,
+        entry_of_index: Callable[[bytes], bytes] | None,
     ) -> None:
         if retention_ms <= 0:
             raise ValueError(f"store '{store.name}': retention_ms must be positive, got {retention_ms}")
@@ -43,6 +51,7 @@ class ExpiringStore:
         self._retention = retention_ms
         self._keys = key_serde or resolve_serde("msgpack")
         self._values = value_serde or resolve_serde("msgpack")
+        self._by_time = by_time
         self._entry_of_index = entry_of_index
         self._expire_every = max(1, retention_ms // EXPIRY_STEPS)
         self._generation = -1  # below the store's: the first call reads the stream time
@@ -57,6 +66,17 @@ class ExpiringStore:
     @property
     def name(self) -> str:
         return self._store.name
+
+    def check_layout(self) -> None:
+        """Refuse a store that holds keys of another kind's layout (stores/layout.py): its processor
+        declared another kind when they were written, and this kind would never read or expire them."""
+        low, high = self._foreign_tags
+        for _ in self._store.range(low, high):
+            raise StoreError(
+                f"store '{self.name}' holds entries laid out for another kind than {self.kind}, the kind its "
+                "processor declares now: delete the app's state and changelogs to start it anew "
+                "(python -m runtime reset app.yaml --delete-state --delete-changelogs)"
+            )
 
     @property
     def retention_ms(self) -> int:
@@ -96,12 +116,13 @@ class ExpiringStore:
     def _expire(self, cutoff: int) -> None:
         # From where the last scan ended: RocksDB would step over the tombstones it left, one by one.
         earliest = MIN_TIME if self._expired_below is None else self._expired_below
-        bounds = time_range(INDEX, earliest, cutoff - 1)
+        bounds = time_range(self._by_time, earliest, cutoff - 1)
         if bounds is not None:
-            store = self._store
-            for index, _ in list(store.range(*bounds)):
-                store.delete(self._entry_of_index(index))
-                store.delete(index)
+            store, entry_of_index = self._store, self._entry_of_index
+            for key, _ in list(store.range(*bounds)):
+                if entry_of_index is not None:
+                    store.delete(entry_of_index(key))
+                store.delete(key)
         self._expired_below = cutoff
         self._next_expiry = cutoff + self._expire_every
         self._known = None

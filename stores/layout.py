@@ -8,7 +8,10 @@ restore and snapshots:
   entry, whose value is the value's bytes. A key's entries are one range, in time order; the length
   (4 bytes) keeps a key from being a prefix of another key's range;
 - `02 <start> <key>` (windows) or `02 <end> <start> <key>` (sessions): the time index, with empty
-  values: every key's entries in time order, for reads across keys and for expiry.
+  values: every key's entries in time order, for reads across keys and for expiry;
+- `03 <start> <key>` (windows by time): an entry of a window store that has no per-key range reads,
+  whose value is the value's bytes. Laid out in time order, it is its own time index: a window costs
+  one key, and the windows that close or expire are one range read with their values.
 
 Keys are the bytes of the store's key serde. A time is 8 bytes, big-endian, of the time plus 2**63:
 byte order is time order, negative times included.
@@ -21,7 +24,7 @@ from typing import Literal
 
 from stores.ranges import prefix_end
 
-StoreKind = Literal["key_value", "window", "session"]
+StoreKind = Literal["key_value", "window", "window_by_time", "session"]
 """What a store's bytes hold: a key-value table, or the windows or sessions laid out here."""
 
 MIN_TIME = -(2**63)
@@ -30,6 +33,7 @@ MAX_TIME = 2**63 - 1
 STREAM_TIME_KEY = b"\x00stream-time"
 ENTRY = b"\x01"
 INDEX = b"\x02"
+WINDOW_BY_TIME = b"\x03"
 
 _TIME = struct.Struct(">Q")
 TIME_SIZE = _TIME.size
@@ -73,7 +77,7 @@ def window_index(key: bytes, start: int) -> bytes:
 
 
 def window_of_index(index: bytes) -> tuple[bytes, int]:
-    """The key and start an index entry of a window store names."""
+    """The key and start an index entry of a window store names (or an entry of a window store by time)."""
     return index[_INDEX_TIMES:], time_at(index, len(INDEX))
 
 
@@ -81,6 +85,10 @@ def window_entry_of_index(index: bytes) -> bytes:
     """The entry an index entry of a window store names: its start's bytes are the entry's last ones."""
     key = index[_INDEX_TIMES:]
     return _ENTRY_HEAD.pack(ENTRY, len(key)) + key + index[len(INDEX) : _INDEX_TIMES]
+
+
+def window_by_time(key: bytes, start: int) -> bytes:
+    return WINDOW_BY_TIME + _TIME.pack(start + _TIME_OFFSET) + key
 
 
 def session_entry(key: bytes, start: int, end: int) -> bytes:

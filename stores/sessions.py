@@ -37,6 +37,8 @@ class SessionStore(ExpiringStore):
     other writes one, as merges and extensions give a session a new end anyway.
     """
 
+    kind = "session"
+
     def __init__(
         self,
         store: KeyValueStore,
@@ -44,7 +46,7 @@ class SessionStore(ExpiringStore):
         key_serde: Serde | None = None,
         value_serde: Serde | None = None,
     ) -> None:
-        super().__init__(store, retention_ms, key_serde, value_serde, _entry_of_index)
+        super().__init__(store, retention_ms, key_serde, value_serde, INDEX, _entry_of_index)
 
     def find(self, key: Any, earliest_end: int, latest_start: int) -> Iterator[tuple[int, int, Any]]:
         """`key`'s sessions with `end >= earliest_end` and `start <= latest_start`, as (start, end, value),

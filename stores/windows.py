@@ -6,13 +6,14 @@ writes are buffered until the commit, read back at once, logged and restored as 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from processors.serdes import Serde
 from stores.expiring import ExpiringStore
 from stores.layout import (
     INDEX,
+    StoreKind,
     entries_of,
     time_at,
     time_range,
@@ -38,6 +39,11 @@ class WindowStore(ExpiringStore):
     written only for a window the `get` did not find.
     """
 
+    # The key of a window's value, and the keys in time order with the entry each names (stores/layout.py).
+    _entry = staticmethod(window_entry)
+    _time_order: tuple[bytes, Callable[[bytes], bytes] | None] = (INDEX, window_entry_of_index)
+    kind: StoreKind = "window"
+
     def __init__(
         self,
         store: KeyValueStore,
@@ -45,7 +51,7 @@ class WindowStore(ExpiringStore):
         key_serde: Serde | None = None,
         value_serde: Serde | None = None,
     ) -> None:
-        super().__init__(store, retention_ms, key_serde, value_serde, window_entry_of_index)
+        super().__init__(store, retention_ms, key_serde, value_serde, *self._time_order)
         # (key, start, key bytes, entry) of the window last addressed.
         self._addressed: tuple[Any, int, bytes, bytes] = (_NO_KEY, 0, b"", b"")
 
@@ -54,7 +60,7 @@ class WindowStore(ExpiringStore):
         if start < self._cutoff():
             return default
         key_bytes = self._keys.serialize(key)
-        entry = window_entry(key_bytes, start)
+        entry = self._entry(key_bytes, start)
         self._addressed = (key, start, key_bytes, entry)  # for the `put` that usually follows
         value = self._store.get(entry)
         if value is None:
@@ -87,7 +93,7 @@ class WindowStore(ExpiringStore):
         last_key, last_start, key_bytes, entry = self._addressed
         if key is not last_key or start is not last_start or key.__class__ not in _IMMUTABLE_KEYS:
             key_bytes = self._keys.serialize(key)
-            entry = window_entry(key_bytes, start)
+            entry = self._entry(key_bytes, start)
             self._addressed = (key, start, key_bytes, entry)
         return key_bytes, entry
 

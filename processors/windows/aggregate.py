@@ -32,9 +32,12 @@ class Aggregate(Processor):
 
     @classmethod
     def stores_for(cls, params: Any, name: str) -> dict[str, dict[str, Any]]:
-        """The window (or session) store, kept as long as the window definition needs its entries."""
+        """The window (or session) store, kept as long as the window definition needs its entries. Tumbling
+        and hopping windows read no key's windows over a range, only the windows that close, across keys:
+        their store is laid out by time."""
         definition = params.window.definition()
-        kind = "session" if isinstance(definition, Session) else "window"
+        kinds = {Session: "session", Sliding: "window"}
+        kind = kinds.get(type(definition), "window_by_time")
         return {params.store_name(name): {"kind": kind, "retention_ms": definition.retention_ms}}
 
     def init(self, ctx: Context) -> None:

@@ -6,7 +6,7 @@ from pydantic import ValidationInfo
 
 from stores.layout import StoreKind
 
-KINDS_IN_TIME: tuple[StoreKind, ...] = ("window", "session")
+KINDS_IN_TIME: tuple[StoreKind, ...] = ("window", "window_by_time", "session")
 
 
 def retention_fits_kind(retention_ms: int | None, info: ValidationInfo) -> int | None:
@@ -16,5 +16,7 @@ def retention_fits_kind(retention_ms: int | None, info: ValidationInfo) -> int |
     if retention_ms is None and kind in KINDS_IN_TIME:
         raise ValueError(f"a {kind} store needs retention_ms: how long (ms of stream time) it keeps a {kind}")
     if retention_ms is not None and kind == "key_value":
-        raise ValueError("a key_value store keeps its keys until deleted: only window and session stores take it")
+        raise ValueError(
+            "a key_value store keeps its keys until deleted: only window, window_by_time and session stores take it"
+        )
     return retention_ms

@@ -69,6 +69,8 @@ class ChangelogRestorer:
                     restored = await self._restore_store(state, entry, entry.changelog)
                     if span is not None:
                         span.set_attribute(RESTORED, restored)
+            if entry.view is not None:
+                entry.view.check_layout()
 
     async def _restore_store(self, state: TaskState, entry: TaskStore, tp: TopicPartition) -> int:
         """Returns how many records it applied."""

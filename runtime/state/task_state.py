@@ -17,6 +17,7 @@ from runtime.config.stores import TableConfig
 from runtime.kafka.outputs import Outputs
 from runtime.state.store_buffers import StoreBuffers
 from stores import (
+    TIME_VIEWS,
     Backend,
     KeyValueStore,
     SessionStore,
@@ -30,7 +31,6 @@ from stores import (
 from stores.serdes import RawSerde, resolve_serde
 
 log = logging.getLogger(__name__)
-
 LOCK_RETRIES = 150  # 30 s: the previous owner on this machine closes it after its last commit
 
 
@@ -109,8 +109,7 @@ class TaskState:
         # A view over a store of bytes, which its changelog, restore and snapshots handle as any other.
         store = KeyValueStore(backend, RawSerde(), RawSerde(), name=name, changelog=logged)
         assert spec.retention_ms is not None  # the config requires it of these kinds
-        view_class = WindowStore if spec.kind == "window" else SessionStore
-        return store, view_class(store, spec.retention_ms, keys, values)
+        return store, TIME_VIEWS[spec.kind](store, spec.retention_ms, keys, values)
 
     def table_inputs(self) -> dict[TopicPartition, str]:
         """The table store that mirrors each of the task's table partitions."""

@@ -47,7 +47,12 @@ class StreamTimeCheckpoint:
 
 
 PendingOutput = Output
-_READ_WITH = {"key_value": "store", "window": "window_store", "session": "session_store"}
+_READ_WITH = {
+    "key_value": "store",
+    "window": "window_store",
+    "window_by_time": "window_store",
+    "session": "session_store",
+}
 _UNKNOWN_LIMITS = TopicLimits(DEFAULT_MAX_REQUEST_SIZE)  # a topic not described: the producer's default
 
 

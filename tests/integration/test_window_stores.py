@@ -17,9 +17,9 @@ import pytest
 
 from runtime.config import parse_app
 from runtime.worker.worker import Worker, WorkerFailed
-from stores import KeyValueStore, RocksDBBackend, SessionStore, WindowStore
+from stores import KeyValueStore, RocksDBBackend, SessionStore, WindowByTimeStore, WindowStore
 from stores.expiring import EXPIRY_STEPS
-from stores.layout import INDEX, MAX_TIME, MIN_TIME, session_of_index, window_of_index
+from stores.layout import INDEX, MAX_TIME, MIN_TIME, WINDOW_BY_TIME, session_of_index, window_of_index
 from stores.partitioner import partition_for
 from stores.serdes import BytesSerde, StrSerde
 from tests.conftest import TopicNamer
@@ -88,7 +88,8 @@ class Kind:
     params: dict[str, int]
     view: Callable[[KeyValueStore], WindowStore | SessionStore]
     expected: Callable[[list[tuple[str, int]]], tuple[Entries, int]]
-    expires_by: Callable[[bytes], int]  # the time in an index key that expiry goes by
+    expires_by: Callable[[bytes], int]  # the time in a key of `by_time` that expiry goes by
+    by_time: bytes = INDEX  # the tag of the keys in time order
 
 
 def window_contents(view: WindowStore | SessionStore) -> Entries:
@@ -99,6 +100,9 @@ KINDS = {
     "window": Kind("windows", "tests.support.apps:CountPerWindow", {"size_ms": SIZE_MS},
                    lambda raw: WindowStore(raw, RETENTION_MS, StrSerde()), expected_windows,
                    lambda index: window_of_index(index)[1]),
+    "window_by_time": Kind("windows", "tests.support.apps:CountPerWindow", {"size_ms": SIZE_MS},
+                           lambda raw: WindowByTimeStore(raw, RETENTION_MS, StrSerde()), expected_windows,
+                           lambda entry: window_of_index(entry)[1], WINDOW_BY_TIME),
     "session": Kind("sessions", "tests.support.apps:CountPerSession", {"gap_ms": GAP_MS},
                     lambda raw: SessionStore(raw, RETENTION_MS, StrSerde()), expected_sessions,
                     lambda index: session_of_index(index)[2]),
@@ -181,11 +185,11 @@ async def test_a_lost_state_dir_restores_the_same_entries_and_stream_time(
     for partition, task in first.items():
         assert {key: value for key, value in latest[partition].items() if value is not None} == dict(task.items)
         removed_below = task.stream_time - RETENTION_MS - RETENTION_MS // EXPIRY_STEPS
-        indexed = [spec.expires_by(key) for key in latest[partition] if key.startswith(INDEX)]
-        expired = [key for key in latest[partition] if key.startswith(INDEX) and spec.expires_by(key) < removed_below]
-        assert len(expired) > len(indexed) // 2, "most entries written have expired"
+        by_time = [key for key in latest[partition] if key.startswith(spec.by_time)]
+        expired = [key for key in by_time if spec.expires_by(key) < removed_below]
+        assert len(expired) > len(by_time) // 2, "most entries written have expired"
         assert all(latest[partition][key] is None for key in expired)
-        assert all(spec.expires_by(key) >= removed_below for key, _ in task.items if key.startswith(INDEX))
+        assert all(spec.expires_by(key) >= removed_below for key, _ in task.items if key.startswith(spec.by_time))
 
 
 async def test_a_snapshot_of_key_value_rows_is_refused_for_a_window_store(
@@ -204,3 +208,19 @@ async def test_a_snapshot_of_key_value_rows_is_refused_for_a_window_store(
     }
     with pytest.raises(WorkerFailed, match=r"has kind='key_value', expected 'window' \(rows from bulk data make key"):
         await run_until_caught_up(config, kafka_bootstrap)
+
+
+async def test_a_store_restored_into_another_kind_stops_the_worker(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    """A processor that declared its store `window`, then `window_by_time`: the changelog holds the other
+    layout's keys, which the new kind would never read or expire."""
+    app_id, source = topic_name("app"), topic_name("in")
+    await create_topic(kafka_bootstrap, source, PARTITIONS)
+    records = timed_records(200, seed=3)
+    await produce(kafka_bootstrap, source, [(key.encode(), msgpack.packb({"t": time})) for key, time in records])
+    await run_until_caught_up(app("window", app_id, source, tmp_path / "state"), kafka_bootstrap)
+    shutil.rmtree(tmp_path / "state")
+    changed = app("window_by_time", app_id, source, tmp_path / "state")
+    with pytest.raises(WorkerFailed, match=r"store 'windows' holds entries laid out for another kind than window_by"):
+        await run_until_caught_up(changed, kafka_bootstrap)

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from processors import Context, Processor
 from processors.context import Punctuation, PunctuationTime
-from stores import KeyValueStore, MemoryBackend, ReadOnlyStore, SessionStore, WindowStore
+from stores import TIME_VIEWS, KeyValueStore, MemoryBackend, ReadOnlyStore, SessionStore, WindowStore
 from stores.serdes import BytesSerde
 
 
@@ -33,10 +33,11 @@ class WindowContext(Context):
         self.sessions: dict[str, SessionStore] = {}
         for store, spec in stores.items():
             underlying = KeyValueStore(MemoryBackend(), BytesSerde(), BytesSerde(), name=store)
-            if spec["kind"] == "window":
-                self.windows[store] = WindowStore(underlying, int(spec["retention_ms"]))
+            view = TIME_VIEWS[spec["kind"]](underlying, int(spec["retention_ms"]))
+            if isinstance(view, WindowStore):
+                self.windows[store] = view
             else:
-                self.sessions[store] = SessionStore(underlying, int(spec["retention_ms"]))
+                self.sessions[store] = view
 
     @classmethod
     def of(cls, processor: type[Processor], params: Mapping[str, Any], name: str = "agg") -> WindowContext:

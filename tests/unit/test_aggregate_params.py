@@ -147,7 +147,11 @@ def test_the_store_the_params_need_is_declared_for_the_yaml() -> None:
     stores = parse_app(copy.deepcopy(VALID)).processors[0].stores
     assert list(stores) == ["totals"]  # named after the processor
     totals = stores["totals"]
-    assert (totals.kind, totals.retention_ms, totals.backend) == ("window", 65_000, "rocksdb")
+    assert (totals.kind, totals.retention_ms, totals.backend) == ("window_by_time", 65_000, "rocksdb")
+
+    app = copy.deepcopy(VALID)
+    params(window={"type": "sliding", "time_difference_ms": 10_000})(app)
+    assert parse_app(app).processors[0].stores["totals"].kind == "window", "sliding windows read a key's range"
 
     app = copy.deepcopy(VALID)
     params(store="sessions", window={"type": "session", "gap_ms": 30_000, "grace_ms": 1_000})(app)
@@ -161,7 +165,10 @@ def test_the_store_the_params_need_is_declared_for_the_yaml() -> None:
 @pytest.mark.parametrize(
     ("declared", "expected"),
     [
-        ({"kind": "session"}, r"processors\[0\]\.stores: store 'totals': the params need a window store, not session"),
+        (
+            {"kind": "session"},
+            r"processors\[0\]\.stores: store 'totals': the params need a window_by_time store, not session",
+        ),
         ({"retention_ms": 60_000}, r"processors\[0\]\.stores: store 'totals': retention_ms 60000 is below the 65000"),
         ({"backend": "disk"}, r"processors\[0\]\.stores\.totals\.backend: Input should be 'memory' or 'rocksdb'"),
     ],

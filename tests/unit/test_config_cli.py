@@ -253,7 +253,10 @@ CASES = [
     Case(
         "unknown store kind",
         set_processor(stores={"per-minute": {"kind": "windowed", "retention_ms": 60000}}),
-        expected=(r"processors\[0\]\.stores\.per-minute\.kind: Input should be 'key_value', 'window' or 'session'",),
+        expected=(
+            r"processors\[0\]\.stores\.per-minute\.kind: "
+            r"Input should be 'key_value', 'window', 'window_by_time' or 'session'",
+        ),
     ),
     Case(
         "timestamp extractor that cannot be imported",

@@ -15,7 +15,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from stores import KeyValueStore, MemoryBackend, SessionStore, WindowStore, open_backend
+from stores import (
+    KeyValueStore,
+    MemoryBackend,
+    SessionStore,
+    StoreError,
+    WindowByTimeStore,
+    WindowStore,
+    open_backend,
+)
 from stores.expiring import EXPIRY_STEPS
 from stores.layout import (
     ENTRY,
@@ -23,9 +31,11 @@ from stores.layout import (
     MAX_TIME,
     MIN_TIME,
     STREAM_TIME_KEY,
+    WINDOW_BY_TIME,
     session_entry,
     session_of_index,
     time_bytes,
+    window_by_time,
     window_entry,
     window_entry_of_index,
     window_index,
@@ -231,6 +241,26 @@ class WindowMachine(StoreMachine):
         assert seen == expected
 
 
+class WindowByTimeMachine(WindowMachine):
+    """The same model through a store laid out by time: no per-key range reads, one key per window."""
+
+    def view(self, raw: KeyValueStore) -> WindowByTimeStore:
+        return WindowByTimeStore(raw, RETENTION, BytesSerde())
+
+    def indexed(self) -> Iterator[tuple[bytes, int]]:
+        return ((entry, window_of_index(entry)[1]) for entry, _ in self.raw.prefix(WINDOW_BY_TIME))
+
+    @invariant()
+    def indexes_every_entry_once(self) -> None:
+        stored = [key for key, _ in self.raw.range()]
+        assert all(key.startswith(WINDOW_BY_TIME) or key == STREAM_TIME_KEY for key in stored)
+
+    @rule(key=keys, bounds=st.tuples(times, times))
+    def fetch(self, key: bytes, bounds: tuple[int, int]) -> None:
+        with pytest.raises(TypeError, match="window_by_time store, laid out by time"):
+            self.store.fetch(key, *bounds)
+
+
 class SessionMachine(StoreMachine):
     def view(self, raw: KeyValueStore) -> SessionStore:
         return SessionStore(raw, RETENTION, BytesSerde())
@@ -287,7 +317,7 @@ MACHINE_SETTINGS = settings(max_examples=60, stateful_step_count=40, deadline=No
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("machine", [WindowMachine, SessionMachine])
+@pytest.mark.parametrize("machine", [WindowMachine, WindowByTimeMachine, SessionMachine])
 def test_store_shows_what_the_model_holds(machine: type[StoreMachine], kind: Kind) -> None:
     on_backend = type(f"{machine.__name__}On{kind.title()}", (machine,), {"kind": kind})
     run_state_machine_as_test(on_backend, settings=MACHINE_SETTINGS)
@@ -309,6 +339,35 @@ def test_an_update_after_a_get_writes_only_the_window() -> None:
     windows.put("k", 0, 3)  # not read before: its index entry is written again, as it may be new
     assert len(raw.take_changes()) == 4
     assert list(windows.fetch("k", 0, 10)) == [(0, 3), (10, 1)]
+
+
+def test_a_window_laid_out_by_time_is_one_key_from_its_first_write_to_its_deletion() -> None:
+    raw = memory_store()
+    windows = WindowByTimeStore(raw, RETENTION)
+    windows.put("k", 0, windows.get("k", 0, 0) + 1)
+    windows.put("k", 0, windows.get("k", 0) + 1)
+    windows.put("j", 0, 1)
+    entries = [window_by_time(msgpack.packb(key), 0) for key in ("j", "k")]
+    assert raw.take_changes() == {entries[1]: msgpack.packb(2), entries[0]: msgpack.packb(1)}
+    for key, start, _ in windows.fetch_all(0, 0):
+        windows.delete(key, start)
+    assert raw.take_changes() == {entries[1]: None, entries[0]: None}
+    assert list(windows.fetch_all(MIN_TIME, MAX_TIME)) == []
+
+
+def test_a_store_holding_another_kinds_layout_is_refused() -> None:
+    """A tumbling Aggregate's store written as kind window, then restored into kind window_by_time (or back)."""
+    raw = memory_store()
+    WindowStore(raw, RETENTION).put("k", 0, 1)
+    WindowStore(raw, RETENTION).check_layout()
+    with pytest.raises(StoreError, match="store 'w' holds entries laid out for another kind than window_by_time"):
+        WindowByTimeStore(raw, RETENTION).check_layout()
+    raw = memory_store()
+    WindowByTimeStore(raw, RETENTION).put("k", 0, 1)
+    WindowByTimeStore(raw, RETENTION).check_layout()
+    for other in (WindowStore, SessionStore):
+        with pytest.raises(StoreError, match=f"another kind than {other.kind}.*--delete-state --delete-changelogs"):
+            other(raw, RETENTION).check_layout()
 
 
 def test_a_session_found_and_written_back_writes_only_its_entry() -> None:

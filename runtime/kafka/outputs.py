@@ -236,6 +236,9 @@ class Outputs:
             if self._unacked_bytes and self._unacked_bytes + size > UNACKED_BYTES:
                 await self._room_for(size)
             builder._relative_offset = len(records)  # the count aiokafka sends with (idempotence's sequence)
+            # Closed, it goes out at once: aiokafka holds an open batch for linger_ms, and the next batch of
+            # its partition waits until it has left (a task idled about 5 ms every 30 ms for it).
+            builder.close()
             future = await self.producer.send_batch(builder, topic, partition=partition)
             full.popleft()
             self._unacked_bytes += size

@@ -325,6 +325,9 @@ class Worker:
     ) -> dict[TopicPartition, int]:
         inputs = self.config.input_topics()
         tps = [TopicPartition(topic, p) for topic in inputs for p in range(partition_counts[topic])]
+        # The consumer learns of its topics when it subscribes, after this: asked before, aiokafka finds
+        # the partitions unknown and retries after retry_backoff_ms (100 ms of a run's start-up).
+        await asyncio.gather(*(consumer._client.add_topic(topic) for topic in inputs))
         return dict(await consumer.end_offsets(tps))
 
     def _broadcast_source(self, partition_counts: dict[str, int]) -> BroadcastSource | None:

@@ -94,6 +94,11 @@ class WindowStore(Protocol):
         (then by encoded key)."""
         ...
 
+    def take_all(self, time_from: int, time_to: int) -> list[tuple[Any, int, Any]]:
+        """What `fetch_all` gives, each window deleted as it is taken: the final results of windows that
+        closed. The store then knows those times hold nothing, and its expiry does not read them again."""
+        ...
+
 
 class SessionStore(Protocol):
     """A task's store of per-key sessions (`ctx.session_store(name)`): values for variable-length

@@ -59,6 +59,9 @@ class ExpiringStore:
         self._stream_time_written = True
         self._next_expiry = MIN_TIME
         self._expired_below: int | None = None
+        # Times (inclusive) whose entries were all taken at once (`WindowStore.take_all`), so the expiry
+        # scans that reach them need not step over the tombstones left there.
+        self._emptied: tuple[int, int] | None = None
         # The entry last seen to exist (a window's `get`, a session `find` yielded): a `put` of it
         # need not write its index entry again, which saves a write and a changelog record.
         self._known: bytes | None = None
@@ -113,12 +116,32 @@ class ExpiringStore:
             self._reread()
         return self._stream_time - self._retention
 
+    def _note_emptied(self, earliest: int, latest: int) -> None:
+        """No entry is left at times `earliest..latest`: joined to the times known empty when the two meet."""
+        emptied = self._emptied
+        if emptied is not None and earliest <= emptied[1] + 1 and latest >= emptied[0] - 1:
+            earliest, latest = min(earliest, emptied[0]), max(latest, emptied[1])
+        self._emptied = (earliest, latest)
+
+    def _refill(self, time: int) -> None:
+        """An entry written at `time`: the times known empty no longer are, if they held it."""
+        emptied = self._emptied
+        if emptied is not None and emptied[0] <= time <= emptied[1]:
+            self._emptied = None
+
     def _expire(self, cutoff: int) -> None:
-        # From where the last scan ended: RocksDB would step over the tombstones it left, one by one.
+        # From where the last scan ended, and around the times known empty: RocksDB would step over the
+        # tombstones left there, one by one.
         earliest = MIN_TIME if self._expired_below is None else self._expired_below
-        bounds = time_range(self._by_time, earliest, cutoff - 1)
-        if bounds is not None:
-            store, entry_of_index = self._store, self._entry_of_index
+        spans = [(earliest, cutoff - 1)]
+        if self._emptied is not None:
+            low, high = self._emptied
+            spans = [(earliest, min(cutoff - 1, low - 1)), (max(earliest, high + 1), cutoff - 1)]
+        store, entry_of_index = self._store, self._entry_of_index
+        for first, last in spans:
+            bounds = time_range(self._by_time, first, last)
+            if bounds is None:
+                continue
             for key, _ in list(store.range(*bounds)):
                 if entry_of_index is not None:
                     store.delete(entry_of_index(key))
@@ -134,5 +157,6 @@ class ExpiringStore:
         self._stream_time_written = True
         self._next_expiry = MIN_TIME  # what was removed is unknown: the next advance scans
         self._expired_below = None
+        self._emptied = None
         self._generation = self._store.generation
         self._known = None

@@ -75,6 +75,7 @@ class WindowStore(ExpiringStore):
         key_bytes, entry = self._address(key, start)
         store = self._store
         store.put(entry, self._values.serialize(value))
+        self._refill(start)
         if entry != self._known:
             store.put(window_index(key_bytes, start), b"")
             self._known = entry
@@ -105,6 +106,18 @@ class WindowStore(ExpiringStore):
             return iter(())
         decode, at = self._values.deserialize, len(prefix)
         return ((time_at(entry, at), decode(value)) for entry, value in self._store.range(*bounds))
+
+    def take_all(self, time_from: int, time_to: int) -> list[tuple[Any, int, Any]]:
+        """`fetch_all`'s windows, each deleted as it is taken (as final results are emitted). The store
+        then knows those times hold nothing, and its expiry does not read them again."""
+        taken = []
+        for key, start, value in self.fetch_all(time_from, time_to):
+            self.delete(key, start)
+            taken.append((key, start, value))
+        earliest = max(time_from, self._cutoff())
+        if earliest <= time_to:
+            self._note_emptied(earliest, time_to)
+        return taken
 
     def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[Any, int, Any]]:
         """Every key's windows with `time_from <= start <= time_to`, as (key, start, value), by start

@@ -29,6 +29,7 @@ class WindowByTimeStore(WindowStore):
         if start < self._cutoff():
             return False
         self._store.put(self._address(key, start)[1], self._values.serialize(value))
+        self._refill(start)
         return True
 
     def delete(self, key: Any, start: int) -> None:

@@ -71,12 +71,9 @@ class FixedWindows:
         self._checked_to, self._next_close = stream_time, latest - latest % step + step + lead
         if earliest + -earliest % step > latest:  # no window starts in the range: no need to read the store
             return []
-        store, size = self._store, self._size
-        closed = []
-        for key, start, aggregate in store.fetch_all(earliest, latest):
-            store.delete(key, start)
-            closed.append(WindowResult(key, start, start + size, aggregate))
-        return closed
+        size = self._size
+        return [WindowResult(key, start, start + size, aggregate) for key, start, aggregate in
+                self._store.take_all(earliest, latest)]  # fmt: skip
 
     def take_updates(self) -> list[WindowResult]:
         size = self._size

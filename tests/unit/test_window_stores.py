@@ -240,6 +240,16 @@ class WindowMachine(StoreMachine):
             self.delete(key, start)
         assert seen == expected
 
+    @rule(bounds=st.tuples(times, times))
+    def take_all(self, bounds: tuple[int, int]) -> None:
+        """Final results: taken and deleted at once, the times then skipped by expiry (`advance` checks
+        that every entry it should remove is still removed, also those written there again later)."""
+        low, high = bounds
+        expected = [entry for entry in self.expected(self.entries) if low <= entry[1] <= high]
+        assert self.store.take_all(low, high) == expected
+        for key, start, _ in expected:
+            del self.entries[key, start]
+
 
 class WindowByTimeMachine(WindowMachine):
     """The same model through a store laid out by time: no per-key range reads, one key per window."""

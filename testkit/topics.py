@@ -125,8 +125,8 @@ class _Acked(NamedTuple):
 class MemoryBatch:
     """What `Outputs` fills in place of aiokafka's batch, and as it fills one: it takes what Kafka's
     record format takes (bytes, headers of str and bytes), and is full at `batch_size` bytes (a record
-    alone always fits). As with aiokafka's, `Outputs` appends through `_builder` and sets the count it
-    sends with in `_relative_offset`."""
+    alone always fits). As with aiokafka's, `Outputs` appends through `_builder`, sets the count it
+    sends with in `_relative_offset`, and closes it before sending it: a closed batch takes no more."""
 
     def __init__(self, batch_size: int):
         self.records: list[tuple[bytes | None, bytes | None, HeaderList, int | None]] = []
@@ -134,10 +134,13 @@ class MemoryBatch:
         self._size = BATCH_HEADER
         self._builder = self
         self._relative_offset = 0
+        self._closed = False
 
     def append(
         self, offset: int, timestamp: int | None, key: bytes | None, value: bytes | None, headers: Any
     ) -> bool | None:
+        if self._closed:
+            raise ValueError("a record appended to a batch closed for sending")
         if offset != len(self.records):
             raise ValueError(f"record {len(self.records)} of the batch appended at offset {offset}")
         grows = record_size(key, value, headers) - BATCH_HEADER  # aiokafka's own estimate checks the types
@@ -149,6 +152,9 @@ class MemoryBatch:
 
     def size(self) -> int:
         return self._size
+
+    def close(self) -> None:
+        self._closed = True
 
 
 class MemoryProducer:

@@ -67,7 +67,11 @@ class FixedWindows:
         if not self._final or previous < 0 or (previous >= self._checked_to and stream_time < self._next_close):
             return []
         lead, step = self._lead, self._step
-        earliest, latest = previous - lead + 1, stream_time - lead
+        # From where the last close looked, when the stream time did not go back below it: what lies
+        # between holds no window start, and ranges that meet let the store know its taken times as one
+        # span (`take_all`).
+        since = self._checked_to if previous >= self._checked_to else previous
+        earliest, latest = since - lead + 1, stream_time - lead
         self._checked_to, self._next_close = stream_time, latest - latest % step + step + lead
         if earliest + -earliest % step > latest:  # no window starts in the range: no need to read the store
             return []

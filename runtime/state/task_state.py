@@ -31,6 +31,7 @@ from stores import (
 from stores.serdes import RawSerde, resolve_serde
 
 log = logging.getLogger(__name__)
+
 LOCK_RETRIES = 150  # 30 s: the previous owner on this machine closes it after its last commit
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -170,10 +171,19 @@ async def ensure_internal_topics(admin: AIOKafkaAdminClient, wanted: Sequence[Ne
     return await _wait_for_partitions(admin, names)
 
 
+METADATA_WAIT_S = 10.0
+"""How long topics just created may take to show up in the cluster metadata."""
+
+
 async def _wait_for_partitions(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, int]:
-    for _ in range(100):
+    """Topics just created usually show within milliseconds: asked again after 10 ms, then twice as long
+    each time up to 100 ms, a start-up waits for them no longer than it must."""
+    deadline, pause = time.monotonic() + METADATA_WAIT_S, 0.01
+    while True:
         counts = await describe_partitions(admin, names)
         if all(name in counts for name in names):
             return counts
-        await asyncio.sleep(0.1)
-    raise ConfigError(f"topics {names} were created but did not show up in the cluster metadata")
+        if time.monotonic() >= deadline:
+            raise ConfigError(f"topics {names} were created but did not show up in the cluster metadata")
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.1)

@@ -73,8 +73,6 @@ class FixedWindows:
         since = self._checked_to if previous >= self._checked_to else previous
         earliest, latest = since - lead + 1, stream_time - lead
         self._checked_to, self._next_close = stream_time, latest - latest % step + step + lead
-        if earliest + -earliest % step > latest:  # no window starts in the range: no need to read the store
-            return []
         size = self._size
         return [WindowResult(key, start, start + size, aggregate) for key, start, aggregate in
                 self._store.take_all(earliest, latest)]  # fmt: skip

@@ -19,6 +19,7 @@ after the last record taken, or to the end of the last batch taken whole.
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any, ClassVar, NamedTuple
 
 from aiokafka.consumer.fetcher import READ_COMMITTED, FetchResult, PartitionRecords
@@ -124,12 +125,16 @@ class FetchedPartitionRecords(PartitionRecords):  # type: ignore[misc]
 def take_by_batches(result: FetchResult) -> None:
     """Makes `result` (aiokafka's result of a partition's fetch, holding FetchedPartitionRecords) hand its
     records over a batch at a time. Its `getall` is replaced on the instance: aiokafka's fetcher takes
-    only results whose type is exactly FetchResult."""
-    result.getall = functools.partial(_getall, result)
+    only results whose type is exactly FetchResult. The method holds the result by a weak reference: a strong
+    one would be a reference cycle, keeping a result the fetcher dropped, and its fetched bytes, until the
+    cyclic collector ran."""
+    result.getall = functools.partial(_getall, weakref.ref(result))
 
 
-def _getall(result: FetchResult, max_records: int | None = None) -> list[FetchedRecord]:
+def _getall(result_ref: weakref.ref[FetchResult], max_records: int | None = None) -> list[FetchedRecord]:
     """`FetchResult.getall`, with the records taken by `FetchedPartitionRecords.take`."""
+    result = result_ref()
+    assert result is not None  # its own method is called through it
     if not result.check_assignment(result._topic_partition) or not result.has_more():
         return []
     partition_records: FetchedPartitionRecords = result._partition_records

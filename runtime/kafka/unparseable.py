@@ -127,6 +127,9 @@ class _StoppingResults(OrderedDict[TopicPartition, Any]):
                 given._key_deserializer, given._value_deserializer, given._check_crcs, given._isolation_level,
             )  # fmt: skip
             records.stops = self.stops
+            # aiokafka's own, dropped here, holds the fetched bytes in a cycle with its unstarted record
+            # generator: left so, each fetch's bytes would wait for the cyclic collector.
+            given._records_iterator = None
             result._partition_records = records
             take_by_batches(result)
         super().__setitem__(tp, result)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import gc
 import weakref
+from collections import OrderedDict
 
 from aiokafka import TopicPartition
-from aiokafka.consumer.fetcher import READ_UNCOMMITTED
+from aiokafka.consumer.fetcher import READ_UNCOMMITTED, FetchResult, PartitionRecords
 from aiokafka.record.memory_records import MemoryRecords
 
-from runtime.kafka.fetched import FetchedPartitionRecords, FetchedRecord
+from runtime.kafka.fetched import FetchedPartitionRecords, FetchedRecord, take_by_batches
+from runtime.kafka.unparseable import _StoppingResults
 from tests.support.raw_records import record_batch
 
 TP = TopicPartition("in", 2)
@@ -68,5 +70,30 @@ def test_taken_records_free_their_fetched_bytes_without_the_cyclic_collector() -
     try:
         del records
         assert gone() is None, "freed as soon as it is dropped, with the fetched bytes it holds"
+    finally:
+        gc.enable()
+
+
+def test_a_result_taken_by_batches_is_freed_without_the_cyclic_collector() -> None:
+    result = FetchResult(TP, assignment=None, partition_records=fetched(batches(0)), backoff=0)
+    take_by_batches(result)
+    gone = weakref.ref(result)
+    gc.disable()
+    try:
+        del result  # as the fetcher drops a result it holds no more records of, or of a revoked partition
+        assert gone() is None, "its `getall` must not hold it in a reference cycle"
+    finally:
+        gc.enable()
+
+
+def test_the_records_aiokafka_built_are_freed_when_a_result_gets_stopping_records() -> None:
+    given = PartitionRecords(TP, MemoryRecords(batches(0)), [], 0, None, None, True, READ_UNCOMMITTED)
+    results = _StoppingResults(OrderedDict())
+    gone = weakref.ref(given)
+    gc.disable()
+    try:
+        results[TP] = FetchResult(TP, assignment=None, partition_records=given, backoff=0)
+        del given
+        assert gone() is None, "aiokafka's records, replaced, must not keep the fetched bytes until a collection"
     finally:
         gc.enable()

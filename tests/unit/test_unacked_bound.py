@@ -1,4 +1,4 @@
-"""The output path's bound on bytes sent and not yet acknowledged: past it, `flush` waits for acks."""
+"""The output path's bound on what records sent and not yet acknowledged hold: past it, `flush` waits for acks."""
 
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ def fill(outputs: Outputs, records: int) -> None:
 
 
 async def test_flush_waits_for_acks_once_the_unacked_bytes_pass_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(outputs_module, "UNACKED_BYTES", 21_000)  # two batches of 10 KB
+    monkeypatch.setattr(outputs_module, "HELD_RECORD_BYTES", 0)  # a batch holds twice its bytes
+    monkeypatch.setattr(outputs_module, "UNACKED_BYTES", 42_000)  # two batches of 10 KB
     broker = SlowBroker()
     outputs = outputs_of(broker)
     fill(outputs, 8)  # 4 batches of 2 records, about 2 KB each
@@ -73,7 +74,8 @@ async def test_flush_waits_for_acks_once_the_unacked_bytes_pass_the_bound(monkey
 
 
 async def test_a_failed_send_frees_its_room_and_is_reported_by_wait_acked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(outputs_module, "UNACKED_BYTES", 12_000)
+    monkeypatch.setattr(outputs_module, "HELD_RECORD_BYTES", 0)
+    monkeypatch.setattr(outputs_module, "UNACKED_BYTES", 24_000)
     broker = SlowBroker()
     outputs = outputs_of(broker)
     fill(outputs, 40)
@@ -89,3 +91,21 @@ async def test_a_failed_send_frees_its_room_and_is_reported_by_wait_acked(monkey
     await asyncio.wait_for(flushing, 1)
     with pytest.raises(OutputsRefused, match="MessageSizeTooLargeError"):
         await outputs.wait_acked()  # without an error policy to call, a refusal is raised
+
+
+async def test_small_records_are_bounded_by_what_each_holds_not_by_their_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(outputs_module, "UNACKED_BYTES", 60_000)
+    broker = SlowBroker()
+    outputs = outputs_of(broker)
+    for n in range(400):  # 4 batches of 100 records of a few bytes: about 1 KB each, 53 KB held each
+        outputs.append("out", b"k", b"v", partition=n % 4)
+    flushing = asyncio.create_task(outputs.flush())
+    await asyncio.sleep(0.01)
+    assert len(broker.sends) == 1, "a second batch's 100 records would hold more than the bound"
+    for n in range(4):
+        broker.sends[n].set_result(Acked(0))
+        await asyncio.sleep(0.01)
+    await asyncio.wait_for(flushing, 1)
+    assert len(broker.sends) == 4

@@ -44,7 +44,7 @@ def fill(outputs: Outputs, records: int) -> None:
 
 
 async def test_flush_waits_for_acks_once_the_unacked_bytes_pass_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(outputs_module, "HELD_RECORD_BYTES", 0)  # a batch holds twice its bytes
+    monkeypatch.setattr(outputs_module, "HELD_CHANGE_BYTES", 0)  # a batch holds twice its bytes
     monkeypatch.setattr(outputs_module, "UNACKED_BYTES", 42_000)  # two batches of 10 KB
     broker = SlowBroker()
     outputs = outputs_of(broker)
@@ -74,7 +74,7 @@ async def test_flush_waits_for_acks_once_the_unacked_bytes_pass_the_bound(monkey
 
 
 async def test_a_failed_send_frees_its_room_and_is_reported_by_wait_acked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(outputs_module, "HELD_RECORD_BYTES", 0)
+    monkeypatch.setattr(outputs_module, "HELD_CHANGE_BYTES", 0)
     monkeypatch.setattr(outputs_module, "UNACKED_BYTES", 24_000)
     broker = SlowBroker()
     outputs = outputs_of(broker)
@@ -99,8 +99,8 @@ async def test_small_records_are_bounded_by_what_each_holds_not_by_their_bytes(
     monkeypatch.setattr(outputs_module, "UNACKED_BYTES", 60_000)
     broker = SlowBroker()
     outputs = outputs_of(broker)
-    for n in range(400):  # 4 batches of 100 records of a few bytes: about 1 KB each, 53 KB held each
-        outputs.append("out", b"k", b"v", partition=n % 4)
+    for n in range(400):  # 4 batches of 100 records of a few bytes, each from an input: 53 KB held a batch
+        outputs.append("out", b"k", b"v", partition=n % 4, source=object())
     flushing = asyncio.create_task(outputs.flush())
     await asyncio.sleep(0.01)
     assert len(broker.sends) == 1, "a second batch's 100 records would hold more than the bound"
@@ -109,3 +109,20 @@ async def test_small_records_are_bounded_by_what_each_holds_not_by_their_bytes(
         await asyncio.sleep(0.01)
     await asyncio.wait_for(flushing, 1)
     assert len(broker.sends) == 4
+
+
+async def test_records_from_no_input_are_charged_less_than_those_that_keep_their_input(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(outputs_module, "UNACKED_BYTES", 60_000)
+    broker = SlowBroker()
+    outputs = outputs_of(broker)
+    for n in range(400):  # changelog-like records: about 21 KB held a batch, so two batches fit, not three
+        outputs.append("out", b"k", b"v", partition=n % 4)
+    flushing = asyncio.create_task(outputs.flush())
+    await asyncio.sleep(0.01)
+    assert len(broker.sends) == 2
+    for n in range(4):
+        broker.sends[n].set_result(Acked(0))
+        await asyncio.sleep(0.01)
+    await asyncio.wait_for(flushing, 1)

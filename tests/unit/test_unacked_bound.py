@@ -93,36 +93,24 @@ async def test_a_failed_send_frees_its_room_and_is_reported_by_wait_acked(monkey
         await outputs.wait_acked()  # without an error policy to call, a refusal is raised
 
 
+@pytest.mark.parametrize(
+    ("source", "sent_at_once"),
+    [(object(), 1), (None, 2)],
+    ids=["from-an-input-about-53-KB-a-batch", "from-no-input-about-21-KB-a-batch"],
+)
 async def test_small_records_are_bounded_by_what_each_holds_not_by_their_bytes(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, source: object, sent_at_once: int
 ) -> None:
     monkeypatch.setattr(outputs_module, "UNACKED_BYTES", 60_000)
     broker = SlowBroker()
     outputs = outputs_of(broker)
-    for n in range(400):  # 4 batches of 100 records of a few bytes, each from an input: 53 KB held a batch
-        outputs.append("out", b"k", b"v", partition=n % 4, source=object())
+    for n in range(400):  # 4 batches of 100 records of a few bytes: about 1 KB each by their bytes alone
+        outputs.append("out", b"k", b"v", partition=n % 4, source=source)
     flushing = asyncio.create_task(outputs.flush())
     await asyncio.sleep(0.01)
-    assert len(broker.sends) == 1, "a second batch's 100 records would hold more than the bound"
+    assert len(broker.sends) == sent_at_once, "what the records kept hold, not their bytes, fills the bound"
     for n in range(4):
         broker.sends[n].set_result(Acked(0))
         await asyncio.sleep(0.01)
     await asyncio.wait_for(flushing, 1)
     assert len(broker.sends) == 4
-
-
-async def test_records_from_no_input_are_charged_less_than_those_that_keep_their_input(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(outputs_module, "UNACKED_BYTES", 60_000)
-    broker = SlowBroker()
-    outputs = outputs_of(broker)
-    for n in range(400):  # changelog-like records: about 21 KB held a batch, so two batches fit, not three
-        outputs.append("out", b"k", b"v", partition=n % 4)
-    flushing = asyncio.create_task(outputs.flush())
-    await asyncio.sleep(0.01)
-    assert len(broker.sends) == 2
-    for n in range(4):
-        broker.sends[n].set_result(Acked(0))
-        await asyncio.sleep(0.01)
-    await asyncio.wait_for(flushing, 1)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.stats import run_directory, write_result
-from testkit import AppDriver
+from runtime.testkit import AppDriver
 
 
 def main(argv: list[str] | None = None) -> int:

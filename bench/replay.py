@@ -5,7 +5,7 @@ whole topic, and the built-in de-duplication's rate with many distinct ids in it
 [--bootstrap HOST:PORT]`
 
 Replay: the topic's `--records` records (the benchmark data) are spread evenly over 5 days ending an hour
-ago, keys `i mod --keys`; each run replays one key over 2 hours in the middle, through `replay.scan`
+ago, keys `i mod --keys`; each run replays one key over 2 hours in the middle, through `runtime.replay.scan`
 (the API `python -m runtime replay` uses), and times it and counts the records it read; the baseline,
 in the same run, reads every partition of the topic from the beginning to the end with one consumer.
 De-duplication: `--dedup-records` records with that many distinct ids (every one new: each is looked
@@ -29,8 +29,8 @@ from bench.app import RuntimeProcess
 from bench.broker import create_topics, delete_topics, kafka
 from bench.data import fill_topic, make_key
 from bench.stats import median, run_directory, write_result
-from replay.scan import Progress as Done
-from replay.scan import Replay, replay
+from runtime.replay.scan import Progress as Done
+from runtime.replay.scan import Replay, replay
 
 DAY_MS = 86_400_000
 

@@ -29,9 +29,9 @@ from bench.processors import CountPerKey, Transform
 from bench.stats import median, run_directory, write_result
 from processors import Context, Processor, Record
 from processors.stores import ReadOnlyStore, SessionStore, WindowStore
+from runtime.testkit import AppDriver
 from stores import KeyValueStore, open_backend
 from stores.serdes import resolve_serde
-from testkit import AppDriver
 
 EXAMPLES = sorted(Path("examples").glob("*/app.yaml"))
 APPS = {"stateless": "bench.processors:Transform", "stateful": "bench.processors:CountPerKey"}

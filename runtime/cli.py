@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
+import importlib
 import logging
 import os
 import signal
@@ -12,7 +12,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from runtime.commands import COMMANDS, run_command, summary
 from runtime.config import AppConfig, ConfigError, load_app
 from runtime.console import (
     EXIT_CONFIG,
@@ -23,6 +22,7 @@ from runtime.console import (
     report,
 )
 from runtime.devkafka.jars import DevKafkaError
+from runtime.garbage_collection import tune_garbage_collector
 from runtime.kafka.connection import AuthenticationRefused, BrokerUnavailable, check_clients, resolve_bootstrap
 from runtime.log_fields import LOG_FIELDS, LOG_FORMATS
 from runtime.telemetry import TelemetryError
@@ -32,7 +32,33 @@ from runtime.worker.worker import Worker, WorkerFailed
 
 log = logging.getLogger("runtime")
 
-GC_THRESHOLD = 20_000
+# Command name -> (module, what it does, for the top-level --help).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "dev-kafka": ("runtime.devkafka.cli", "start, stop or check the local development broker"),
+    "dev-postgres": ("runtime.devpostgres.cli", "start, stop or check the local development PostgreSQL"),
+    "topics": ("runtime.commands.topics", "list, describe or create topics"),
+    "produce": ("runtime.commands.produce", "write JSON lines to a topic, encoded with its serdes"),
+    "consume": ("runtime.commands.consume", "print a topic's records as JSON lines, decoded with its serdes"),
+    "describe": ("runtime.commands.describe", "an app's topology: processors, topics, stores, internal topics"),
+    "reset": ("runtime.commands.reset", "move an app's committed offsets; optionally delete its state"),
+    "replay": ("runtime.replay.cli", "one key's records (or a partition's) in a time range, from its partition only"),
+    "checkpoint": ("runtime.rewind.checkpoint_cli", "checkpoint the running app's stores now, or list its checkpoints"),
+    "rewind": ("runtime.rewind.cli", "take a stopped app back to a checkpoint, to process its inputs again from there"),
+    "replay-jobs": ("runtime.replay.jobs.cli", "run replay jobs that outlive their worker, request one, list them"),
+}
+
+
+def run_command(name: str, argv: list[str]) -> int:
+    main: Callable[[list[str]], int] = importlib.import_module(COMMANDS[name][0]).main
+    return main(argv)
+
+
+def summary() -> str:
+    """The commands and what each does, for the top-level --help."""
+    width = max(map(len, COMMANDS))
+    return "commands (each with --help):\n" + "\n".join(
+        f"  {name:<{width}}  {what}" for name, (_, what) in COMMANDS.items()
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -117,14 +143,6 @@ def main(argv: list[str]) -> int:
         return run_workers(args.workers, args.app, bootstrap, args.until_caught_up, logging_options, policy)
     index = LOG_FIELDS.worker = int(os.environ.get(WORKER_INDEX, "0"))
     return run_worker(for_worker(config, index), bootstrap, args.until_caught_up, args.app, index)
-
-
-def tune_garbage_collector() -> None:
-    """Every record allocates a handful of short-lived objects, so the default threshold (700) runs a
-    collection every hundred records or so; raised, collections are rare, and the start-up objects
-    (modules, classes, config) are frozen out of them. Worth ~10% of CPU per record."""
-    gc.freeze()
-    gc.set_threshold(GC_THRESHOLD, 50, 100)
 
 
 def run_worker(config: AppConfig, bootstrap: str, until_caught_up: bool, app_path: Path, index: int) -> int:

@@ -36,11 +36,11 @@ from aiokafka.admin import AIOKafkaAdminClient
 from examples.account_activity.events import Event, five_days, produce
 from examples.demo_cli import clock, run_plain_demo
 from examples.payments.run import ROOT
-from replay.jobs.board import Board
-from replay.jobs.state import JobState, Status
-from replay.scan import Replay
 from runtime.config import AppConfig, load_app
 from runtime.kafka.connection import Clients
+from runtime.replay.jobs.board import Board
+from runtime.replay.jobs.state import JobState, Status
+from runtime.replay.scan import Replay
 
 APP_YAML = Path("examples/account_activity/app.yaml")  # relative to ROOT, as a user would type it
 HOUR_MS = 3_600_000

@@ -8,20 +8,20 @@ from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
-from replay.jobs.config import ReplayJobsConfig
 from runtime.config.common import MAX_TRANSACTION_TIMEOUT_MS, NAME, Strict, derived_topic, valid_topic_name
+from runtime.config.health import HealthConfig
 from runtime.config.kafka import KafkaConfig
+from runtime.config.kafka_options import INT32_MAX
+from runtime.config.outbox import OutboxConfig
 from runtime.config.processors import ProcessorConfig
+from runtime.config.registry_topics import check_registry_topics
+from runtime.config.replay_jobs import ReplayJobsConfig
+from runtime.config.schema_registry import SchemaRegistryConfig
 from runtime.config.stores import GlobalStoreConfig, RocksDBConfig, SnapshotsConfig, StoreConfig
+from runtime.config.table_follower import TableFollowerConfig
+from runtime.config.telemetry import TelemetryConfig
 from runtime.config.topics import TopicConfig
-from runtime.health.config import HealthConfig
-from runtime.kafka.options import INT32_MAX
 from runtime.log_fields import LogFormat
-from runtime.schema_registry.config import SchemaRegistryConfig
-from runtime.schema_registry.topic_checks import check_registry_topics
-from runtime.telemetry.config import TelemetryConfig
-from sources.outbox.config import OutboxConfig
-from sources.table_follower.config import TableFollowerConfig
 
 
 class Guarantee(StrEnum):

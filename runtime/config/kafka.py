@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from runtime.config.common import Strict
-from runtime.kafka.options import option_problems
+from runtime.config.kafka_options import option_problems
 from runtime.redaction import USERINFO, redact
 
 

@@ -8,8 +8,8 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from runtime.config.common import MAX_PARTITIONS, MAX_REPLICATION_FACTOR, Strict, known_topic_serde
+from runtime.config.registry_topics import check_schema_file
 from runtime.config.timestamps import TimestampConfig
-from runtime.schema_registry.topic_checks import check_schema_file
 
 
 class TopicConfig(Strict):

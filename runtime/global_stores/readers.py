@@ -34,8 +34,8 @@ import msgpack
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.consumer.fetcher import PartitionRecords
 
+from runtime.garbage_collection import bulk_allocations
 from runtime.global_stores.changes import ChangeMaker
-from runtime.worker.collector import bulk_allocations
 from stores.sst import write_partition_sst
 
 if TYPE_CHECKING:

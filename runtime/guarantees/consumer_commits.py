@@ -15,8 +15,9 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit
-from runtime.guarantees.checkpoint import Checkpoint, CommitBeforeProcessing, Committed
+from runtime.guarantees.commit import Committed
 from runtime.kafka.outputs import Outputs
+from runtime.task.commits import Checkpoint, CommitBeforeProcessing
 from runtime.task.task import Task
 from runtime.telemetry import Telemetry
 

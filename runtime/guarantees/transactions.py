@@ -20,9 +20,10 @@ from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
 
 from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit, TaskLost
-from runtime.guarantees.checkpoint import Checkpoint, CommitBeforeProcessing, Committed
+from runtime.guarantees.commit import Committed
 from runtime.kafka.outputs import OutputsRefused
 from runtime.kafka.record_limits import broker_refusal
+from runtime.task.commits import Checkpoint, CommitBeforeProcessing
 from runtime.task.task import Task
 from runtime.telemetry import Telemetry
 from runtime.telemetry.metrics import TASK

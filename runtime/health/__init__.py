@@ -1,7 +1,6 @@
 """A worker's health and readiness, answered over HTTP for an orchestrator's probes."""
 
-from runtime.health.config import HealthConfig
 from runtime.health.probes import Probes
 from runtime.health.server import HealthServer
 
-__all__ = ["HealthConfig", "HealthServer", "Probes"]
+__all__ = ["HealthServer", "Probes"]

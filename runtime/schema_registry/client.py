@@ -13,12 +13,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from runtime.config.schema_registry import SchemaRegistryConfig
 from runtime.errors import StopAfterCommit
-from runtime.schema_registry.config import SchemaRegistryConfig
 
-SchemaType = Literal["AVRO", "JSON"]
+if TYPE_CHECKING:
+    from runtime.schema_formats import SchemaType  # cavro and numpy load only for apps that need them
+
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 NOT_FOUND = 404
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
 from processors.serdes import Serde
+from runtime.schema_formats import FORMATS, SchemaFormat
 from runtime.schema_registry.client import RegisteredSchema, RegistryClient
-from runtime.schema_registry.formats import FORMATS, SchemaFormat
 from runtime.schema_registry.wire_format import HEADER_SIZE, header, schema_id_of
 
 T = TypeVar("T")

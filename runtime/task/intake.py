@@ -18,8 +18,8 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from runtime.errors import StopAfterCommit
-from runtime.guarantees.checkpoint import CommitBeforeProcessing
 from runtime.task.choice_order import ChoiceOrder
+from runtime.task.commits import CommitBeforeProcessing
 from runtime.task.record_loop import RecordLoop
 from runtime.task.timestamp_order import TimestampOrder
 

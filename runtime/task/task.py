@@ -1,7 +1,7 @@
 """The actor: one asyncio task per (processor, partition) that processes its records in order.
 
 A task takes its turn (`Task.turn`) for each batch and each punctuation, and the commit protocol
-(runtime/guarantees/checkpoint.py) takes the same turn to prepare a commit: so a commit never sees
+(runtime/guarantees/commit.py) takes the same turn to prepare a commit: so a commit never sees
 half a record, and a processor's `flush` never runs while it processes. A commit that waits for the
 turn ends the batch in flight after its current record; the rest of the batch stays first in line.
 
@@ -38,13 +38,13 @@ from processors.processor import Processor
 from runtime.config.processors import ConcurrencyConfig
 from runtime.counters import Counters
 from runtime.errors import StopAfterCommit
-from runtime.guarantees.checkpoint import Checkpoint, CommitBeforeProcessing
 from runtime.kafka.outputs import Outputs
 from runtime.state.store_buffers import StoreBuffers
 from runtime.state.task_state import TaskState
 from runtime.task.broadcast import BroadcastReader, BroadcastSource
 from runtime.task.choice_order import ChoiceOrder
 from runtime.task.clock import SYSTEM_CLOCK, Clock
+from runtime.task.commits import Checkpoint, CommitBeforeProcessing
 from runtime.task.context import TaskContext, TopicSerdes
 from runtime.task.event_time import TimestampOf, raw_event_time
 from runtime.task.failures import FailureHandler, Stage

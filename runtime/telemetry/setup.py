@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-from runtime.telemetry.config import MetricsConfig, OtlpProtocol, TelemetryConfig, TracesConfig
+from runtime.config.telemetry import MetricsConfig, OtlpProtocol, TelemetryConfig, TracesConfig
 from runtime.telemetry.metrics import APP_ID, WORKER, RuntimeMetrics
 from runtime.telemetry.record_span import RecordSpan, RecordSpanSink
 from runtime.telemetry.record_span_export import RecordSpanExport, exporting_now

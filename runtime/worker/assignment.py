@@ -22,7 +22,7 @@ from runtime.config import AppConfig, Guarantee, ProcessorConfig
 from runtime.config.processors import ConcurrencyConfig
 from runtime.counters import Counters
 from runtime.errors import StopAfterCommit, TaskLost
-from runtime.guarantees.checkpoint import Checkpoints
+from runtime.guarantees.commit import Checkpoints
 from runtime.kafka.outputs import Outputs
 from runtime.log_fields import CURRENT_TASK
 from runtime.state.task_state import TaskState

@@ -16,7 +16,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runtime.config import AppConfig
-from runtime.guarantees.checkpoint import Checkpoints
+from runtime.guarantees.commit import Checkpoints
 from runtime.worker.assignment import Assignment
 from runtime.worker.backpressure import END_OF_RUN, Backpressure
 

@@ -19,9 +19,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from runtime.config import AppConfig, ConfigError, Guarantee
 from runtime.counters import Counters
+from runtime.garbage_collection import bulk_allocations, freeze_what_lives
 from runtime.global_stores.stores import GlobalStores
-from runtime.guarantees.checkpoint import Checkpoints, Committer
+from runtime.guarantees.commit import Checkpoints, Committer
 from runtime.guarantees.consumer_commits import AtLeastOnce, AtMostOnce
+from runtime.guarantees.store_checkpoints import StoreCheckpoints
 from runtime.guarantees.transactions import ExactlyOnce
 from runtime.health import HealthServer, Probes
 from runtime.kafka.connection import Clients, start_with_retries
@@ -30,7 +32,6 @@ from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import Limits
 from runtime.kafka.topic_serdes import topic_serdes
 from runtime.kafka.topics import describe_limits, ensure_topics
-from runtime.state.checkpoints import StoreCheckpoints
 from runtime.state.restore import ChangelogRestorer
 from runtime.state.store_buffers import MB, StoreBuffers
 from runtime.task.broadcast import BroadcastSource
@@ -41,7 +42,6 @@ from runtime.telemetry import Telemetry
 from runtime.worker.assignment import Assignment
 from runtime.worker.backpressure import Backpressure
 from runtime.worker.bounded_run import BoundedRun
-from runtime.worker.collector import bulk_allocations, freeze_what_lives
 from runtime.worker.levels import register_levels
 from runtime.worker.outcome import Outcome
 from runtime.worker.poll_loop import poll
@@ -52,8 +52,8 @@ from stores import StoreError
 from stores.rocksdb import SHARED_MEMORY
 
 if TYPE_CHECKING:
-    from sources.outbox.poller import OutboxPoller
-    from sources.table_follower.follower import TableFollower
+    from runtime.sources.outbox.poller import OutboxPoller
+    from runtime.sources.table_follower.follower import TableFollower
 
 log = logging.getLogger(__name__)
 
@@ -289,8 +289,8 @@ class Worker:
         Their modules (and asyncpg) load only for an app that has some: a worker starts faster without."""
         if self._index != 0 or not (self.config.outboxes or self.config.table_followers):
             return []
-        from sources.outbox.poller import OutboxPoller
-        from sources.table_follower.follower import TableFollower
+        from runtime.sources.outbox.poller import OutboxPoller
+        from runtime.sources.table_follower.follower import TableFollower
 
         shared = (self.config, self._clients, partition_counts, self.counters, self._limits)
         return [

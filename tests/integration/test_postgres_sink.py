@@ -19,8 +19,8 @@ import pytest
 from runtime.config import parse_app
 from runtime.devpostgres.server import throwaway
 from runtime.errors import StopAfterCommit
+from runtime.testkit import AppDriver
 from runtime.worker.worker import Worker
-from testkit import AppDriver
 from tests.conftest import TopicNamer
 from tests.support.kafka_helpers import create_topic, produce
 from tests.support.kills import FAST_FAILOVER, kill_and_replace

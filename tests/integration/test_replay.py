@@ -18,7 +18,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
-from replay.scan import RangeGone, Replay, replay
+from runtime.replay.scan import RangeGone, Replay, replay
 from tests.conftest import TopicNamer
 from tests.support.kafka_helpers import create_topic
 from tests.support.running import REPO

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from replay.jobs.cli import jobs
-from replay.jobs.state import JobState, Status
 from runtime.commands.cluster import connect
+from runtime.replay.jobs.cli import jobs
+from runtime.replay.jobs.state import JobState, Status
 from tests.conftest import TopicNamer
 from tests.integration.test_replay import KEYS, _iso, activity
 from tests.support.kafka_helpers import create_topic, produce, read_topic

@@ -20,8 +20,8 @@ import msgpack
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
-from rewind.catalog import checkpoints
 from runtime.config import parse_app
+from runtime.rewind.catalog import checkpoints
 from stores.rocksdb import RocksDBBackend
 from stores.snapshot import ingest_partition
 from tests.conftest import TopicNamer

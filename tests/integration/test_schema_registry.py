@@ -16,8 +16,8 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from runtime.config.schema_registry import SchemaRegistryConfig
 from runtime.schema_registry.client import RegistryClient, RegistryRefused, RegistryUnavailable, SchemaNotFound
-from runtime.schema_registry.config import SchemaRegistryConfig
 from runtime.schema_registry.serdes import registry_serde
 from tests.conftest import TopicNamer
 from tests.support.commands import json_lines, run_command

@@ -15,9 +15,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from runtime.config import AppConfig, load_app
 from runtime.kafka.topic_serdes import topic_serdes
 from runtime.kafka.topics import ensure_topics
+from runtime.testkit import AppDriver
 from runtime.worker.worker import Worker
 from stores.partitioner import partition_for
-from testkit import AppDriver
 from tests.support.kafka_helpers import read_topic
 
 Outputs = dict[str, list[tuple[Any, Any]]]

@@ -20,15 +20,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from processors.processor import Processor
 from runtime.config import ErrorPolicy
 from runtime.config.processors import ConcurrencyConfig
+from runtime.config.telemetry import TelemetryConfig
 from runtime.counters import Counters
-from runtime.guarantees.checkpoint import CommitBeforeProcessing
 from runtime.kafka.outputs import Headers, Output, Outputs
 from runtime.kafka.record_limits import Limits
 from runtime.state.task_state import TaskState
+from runtime.task.commits import CommitBeforeProcessing
 from runtime.task.event_time import TimestampOf
 from runtime.task.failures import FailureHandler, Stage
 from runtime.task.task import Task, TaskId, TaskServices
-from runtime.telemetry import Telemetry, TelemetryConfig
+from runtime.telemetry import Telemetry
 from runtime.worker.assignment import build_task
 from stores.serdes import resolve_serde
 

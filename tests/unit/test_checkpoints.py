@@ -13,7 +13,8 @@ from processors.processor import Processor
 from processors.record import Record
 from runtime.config import ErrorPolicy
 from runtime.errors import StopAfterCommit
-from runtime.guarantees.checkpoint import Checkpoint, Checkpoints, CommitBeforeProcessing, Committed
+from runtime.guarantees.commit import Checkpoints, Committed
+from runtime.task.commits import Checkpoint, CommitBeforeProcessing
 from runtime.task.task import Task, TaskPhase
 from tests.support.engine_fakes import IN, OUT, FakeState, Log, make_services, make_task, raw, until_idle
 

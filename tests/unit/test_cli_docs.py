@@ -20,7 +20,7 @@ from types import ModuleType
 import pytest
 
 from runtime import cli
-from runtime.commands import COMMANDS
+from runtime.cli import COMMANDS
 
 REPO = Path(__file__).resolve().parents[2]
 COMMANDS_DOC = REPO / "docs" / "commands.md"

@@ -7,7 +7,7 @@ import weakref
 
 import pytest
 
-from runtime.worker.collector import BULK_THRESHOLD, bulk_allocations, freeze_what_lives
+from runtime.garbage_collection import BULK_THRESHOLD, bulk_allocations, freeze_what_lives
 
 
 def test_bulk_allocations_raise_the_young_threshold_and_restore_it_even_after_an_error() -> None:

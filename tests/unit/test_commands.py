@@ -13,7 +13,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from runtime.commands import COMMANDS
+from runtime.cli import COMMANDS
 from runtime.commands.consume import starting_point
 from runtime.commands.describe import render, topology
 from runtime.commands.json_lines import from_jsonable, jsonable, raw_bytes, raw_jsonable

@@ -18,13 +18,14 @@ from aiokafka.errors import (
 from processors.context import Context
 from processors.processor import Processor
 from processors.record import Record
+from runtime.config.telemetry import TelemetryConfig
 from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit, TaskLost
-from runtime.guarantees.checkpoint import Checkpoint
 from runtime.guarantees.consumer_commits import AtLeastOnce, AtMostOnce
 from runtime.guarantees.transactions import ExactlyOnce
+from runtime.task.commits import Checkpoint
 from runtime.task.task import Task, TaskPhase
-from runtime.telemetry import Telemetry, TelemetryConfig
+from runtime.telemetry import Telemetry
 from tests.support.engine_fakes import (
     IN,
     OUT,

@@ -21,7 +21,7 @@ from processors.processor import Processor
 from processors.record import Record
 from runtime.config import ErrorPolicy
 from runtime.config.processors import ConcurrencyConfig
-from runtime.guarantees.checkpoint import Checkpoint
+from runtime.task.commits import Checkpoint
 from runtime.task.in_flight import InFlightRecordFailed
 from runtime.telemetry import Telemetry
 from tests.support.engine_fakes import (

@@ -19,8 +19,9 @@ import pytest
 from opentelemetry.metrics import NoOpMeter
 from prometheus_client.parser import text_string_to_metric_families
 
+from runtime.config.telemetry import TelemetryConfig
 from runtime.counters import Counters
-from runtime.telemetry import RuntimeMetrics, Telemetry, TelemetryConfig
+from runtime.telemetry import RuntimeMetrics, Telemetry
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "kafka-actor-runtime.json"

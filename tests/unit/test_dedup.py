@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from testkit import AppDriver
+from runtime.testkit import AppDriver
 
 MakeDriver = Callable[..., AppDriver]
 T = 1_790_000_000_000

@@ -14,7 +14,7 @@ from examples.acquirers.generate import change_terminals, make_terminals, table
 from examples.acquirers.generate import make_payments as make_card_payments
 from examples.cdc_merge.changes import joined, transactions
 from examples.enrichment.accounts import enriched, timeline
-from testkit import AppDriver
+from runtime.testkit import AppDriver
 
 MakeDriver = Callable[..., AppDriver]
 START = 1_790_000_040_000  # a whole minute

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from runtime.config.telemetry import TelemetryConfig
 from runtime.counters import Counters
 from runtime.task.context import TaskContext
-from runtime.telemetry import Telemetry, TelemetryConfig
+from runtime.telemetry import Telemetry
 from tests.unit.test_telemetry import metric_points
 
 

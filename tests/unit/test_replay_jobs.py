@@ -11,11 +11,11 @@ from typing import ClassVar
 import pytest
 from pydantic import ValidationError
 
-from replay.jobs.config import ReplayJobsConfig
-from replay.jobs.intake import job_of
-from replay.jobs.service import ReplayService
-from replay.jobs.state import JobState, ReplayRequest, Status
 from runtime.config import parse_app
+from runtime.config.replay_jobs import ReplayJobsConfig
+from runtime.replay.jobs.intake import job_of
+from runtime.replay.jobs.service import ReplayService
+from runtime.replay.jobs.state import JobState, ReplayRequest, Status
 
 
 def record(value: object, key: bytes | None = None, offset: int = 7) -> SimpleNamespace:
@@ -107,7 +107,7 @@ class HeldRunner:
 async def test_a_worker_runs_at_most_max_jobs_at_once_and_claims_the_next_ones_as_they_end(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("replay.jobs.service.JobRunner", HeldRunner)
+    monkeypatch.setattr("runtime.replay.jobs.service.JobRunner", HeldRunner)
     HeldRunner.started, HeldRunner.release = [], asyncio.Event()
     config = parse_app({
         "app_id": "replayer", "topics": {"a": {}},

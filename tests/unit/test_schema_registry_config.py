@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from runtime.config import ConfigError, parse_app
-from runtime.schema_registry.formats import FORMATS, AvroFormat
+from runtime.schema_formats import FORMATS, AvroFormat
 from runtime.schema_registry.serdes import Subject
 from runtime.schema_registry.wire_format import header, schema_id_of
 from stores.serdes import REGISTRY_SERDES

@@ -8,7 +8,7 @@ import tracemalloc
 
 import pytest
 
-from runtime.guarantees.checkpoint import Checkpoints, Committed
+from runtime.guarantees.commit import Checkpoints, Committed
 from runtime.state.store_buffers import StoreBuffers
 from stores.memory import MemoryBackend
 from stores.store import KeyValueStore

@@ -12,7 +12,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from runtime.config import parse_app
-from runtime.state.checkpoints import StoreCheckpoints, checkpoint_name, requests_dir
+from runtime.guarantees.store_checkpoints import StoreCheckpoints, checkpoint_name, requests_dir
 from stores.rocksdb import RocksDBBackend
 from stores.snapshot import read_manifest
 

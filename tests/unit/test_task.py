@@ -18,7 +18,7 @@ from processors.processor import Processor
 from processors.record import Record
 from runtime.config import ErrorPolicy
 from runtime.errors import StopAfterCommit
-from runtime.guarantees.checkpoint import Checkpoint
+from runtime.task.commits import Checkpoint
 from runtime.task.failures import RecordFailed
 from runtime.telemetry import Telemetry
 from tests.support.engine_fakes import (

@@ -14,7 +14,7 @@ from processors.processor import Processor
 from processors.record import Record
 from runtime.config import ErrorPolicy
 from runtime.errors import StopAfterCommit
-from runtime.guarantees.checkpoint import Checkpoint
+from runtime.task.commits import Checkpoint
 from runtime.task.task import Task, TaskPhase
 from tests.support.engine_fakes import (
     IN,

@@ -20,9 +20,10 @@ from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.trace import SpanKind, StatusCode
 from pydantic import ValidationError
 
+from runtime.config.telemetry import TelemetryConfig
 from runtime.counters import Counters
 from runtime.task.context import TaskContext
-from runtime.telemetry import RecordTracer, Telemetry, TelemetryConfig, setup
+from runtime.telemetry import RecordTracer, Telemetry, setup
 from runtime.telemetry.setup import _http_endpoint
 from runtime.telemetry.tracing import extract
 from stores.serdes import resolve_serde

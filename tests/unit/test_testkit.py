@@ -12,7 +12,7 @@ import pytest
 
 from runtime.errors import StopAfterCommit
 from runtime.task.failures import RecordFailed
-from testkit import AppDriver
+from runtime.testkit import AppDriver
 
 MakeDriver = Callable[..., AppDriver]
 NOW = 1_790_000_000_000

@@ -14,7 +14,7 @@ from aiokafka import TopicPartition
 from processors.context import Context
 from processors.processor import Processor
 from processors.record import Record
-from runtime.guarantees.checkpoint import Checkpoint
+from runtime.task.commits import Checkpoint
 from runtime.task.event_time import field_reader
 from runtime.task.timestamp_order import InputQueue, TimestampOrder
 from runtime.telemetry import Telemetry

@@ -6,7 +6,7 @@ Every worker of the app must be stopped (a group with active members is refused)
 1. The checkpoint: the one named, or the newest complete one named at or before the time. It is refused
    when an input offset it records lies below its partition's log start: retention deleted input it
    would need to process again.
-2. The stores' changelogs are made to agree with it (rewind/changelog.py), so that a restore, from
+2. The stores' changelogs are made to agree with it (runtime/rewind/changelog.py), so that a restore, from
    anything, ends with the checkpoint's state; and the checkpoint is carried forward to the changelog's
    new end, a snapshot named after the rewind that a store restores from without replaying the tail.
    The local stores are left as they are: behind that snapshot, they are loaded from it.
@@ -33,8 +33,6 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.admin import NewTopic
 
-from rewind.catalog import AppCheckpoint, checkpoints
-from rewind.changelog import Correction, append, corrections, ends
 from runtime.commands.app_topics import intermediate_topics
 from runtime.commands.cluster import Cluster, CommandFailed, connect
 from runtime.commands.positions import Position, offsets_at
@@ -43,6 +41,8 @@ from runtime.commands.running import command_parser, run
 from runtime.commands.times import parse_time
 from runtime.config import AppConfig
 from runtime.kafka.topics import describe_partitions, ensure_internal_topics
+from runtime.rewind.catalog import AppCheckpoint, checkpoints
+from runtime.rewind.changelog import Correction, append, corrections, ends
 from stores.checkpoint import carry_forward
 
 log = logging.getLogger("runtime.rewind")

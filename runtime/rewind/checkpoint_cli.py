@@ -9,11 +9,11 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rewind.catalog import checkpointed_stores, checkpoints
 from runtime.commands.cluster import CommandFailed
 from runtime.commands.running import command_parser, run
 from runtime.config import AppConfig, load_app
-from runtime.state.checkpoints import requests_dir
+from runtime.guarantees.store_checkpoints import requests_dir
+from runtime.rewind.catalog import checkpointed_stores, checkpoints
 
 EPILOG = """\
 A checkpoint holds, for every store in RocksDB with a changelog and a snapshot location (the YAML's

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from runtime.schema_registry.config import SchemaRegistryConfig
+from runtime.config.schema_registry import SchemaRegistryConfig
 from stores.serdes import REGISTRY_SERDES
 
 
@@ -19,7 +19,7 @@ class TopicSerdes(Protocol):
 
 def check_schema_file(serde: str, path: Path) -> None:
     """The file can be read and compiled in the serde's schema format."""
-    from runtime.schema_registry.formats import FORMATS  # cavro and numpy load only for apps that need them
+    from runtime.schema_formats import FORMATS  # cavro and numpy load only for apps that need them
 
     schema_format = FORMATS.get(serde)
     if schema_format is None:

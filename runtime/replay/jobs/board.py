@@ -13,8 +13,8 @@ import logging
 from aiokafka import TopicPartition
 from pydantic import ValidationError
 
-from replay.jobs.state import JobState
 from runtime.kafka.connection import Clients, start_with_retries
+from runtime.replay.jobs.state import JobState
 
 log = logging.getLogger(__name__)
 

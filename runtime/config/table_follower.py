@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sources.outbox.config import IDENTIFIER
+from runtime.config.outbox import IDENTIFIER
 
 
 class TableFollowerConfig(BaseModel):

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import cavro
 import fastjsonschema
 
-from runtime.schema_registry.client import SchemaType
 from stores.serdes import JsonSerde
 
+SchemaType = Literal["AVRO", "JSON"]
 T = TypeVar("T")
 R = TypeVar("R")
 

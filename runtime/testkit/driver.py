@@ -3,7 +3,7 @@
 The driver builds what a worker builds for an app: a task per processor and partition, with its
 context, record loop, stores (in a temporary state directory), error policies and output path, and
 the global stores, all of them the runtime's own code. Only Kafka is replaced: records are appended
-to in-memory topics (testkit/topics.py), and the driver hands them to the tasks that read those
+to in-memory topics (runtime/testkit/topics.py), and the driver hands them to the tasks that read those
 topics, as the poll loop would. Every task is assigned from the start, as on a worker that got
 every partition.
 
@@ -37,11 +37,13 @@ from aiokafka import TopicPartition
 from processors.serdes import Serde
 from runtime.config import AppConfig, Guarantee, ProcessorConfig
 from runtime.config.loading import load_app, parse_app
+from runtime.config.telemetry import TelemetryConfig
 from runtime.counters import Counters
 from runtime.errors import StopAfterCommit
+from runtime.garbage_collection import bulk_allocations
 from runtime.global_stores.changes import Failed
 from runtime.global_stores.store import GlobalStore, OnFailures, dead_letter_handler, set_aside
-from runtime.guarantees.checkpoint import Checkpoints
+from runtime.guarantees.commit import Checkpoints
 from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import TopicLimits
 from runtime.kafka.topic_serdes import topic_serdes
@@ -50,15 +52,14 @@ from runtime.state.task_state import TaskState
 from runtime.task.event_time import timestamp_readers
 from runtime.task.failures import FailureHandler
 from runtime.task.task import Task, TaskId, TaskServices
-from runtime.telemetry import Telemetry, TelemetryConfig
+from runtime.telemetry import Telemetry
+from runtime.testkit.clock import ManualClock
+from runtime.testkit.commits import MemoryCommits
+from runtime.testkit.records import DeadLetter, TopicRecord
+from runtime.testkit.topics import DEFAULT_BATCH_SIZE, MemoryProducer, Topics
 from runtime.worker.assignment import build_task, construct
-from runtime.worker.collector import bulk_allocations
 from stores import KeyValueStore, ReadOnlyStore, SessionStore, WindowStore
 from stores.partitioner import partition_for
-from testkit.clock import ManualClock
-from testkit.commits import MemoryCommits
-from testkit.records import DeadLetter, TopicRecord
-from testkit.topics import DEFAULT_BATCH_SIZE, MemoryProducer, Topics
 
 MAX_ROUNDS = 10_000
 """Commits in a row that each made new records visible: an app that feeds itself without end."""

@@ -1,13 +1,13 @@
 """The table follower: a table's rows into a compacted topic, keyed by the table's key, in the order of
 their version (then key), each batch with the (version, key) it reaches as its position in one Kafka
-transaction (sources/shipper.py). With no position yet, that order first walks the whole table: the
+transaction (runtime/sources/shipper.py). With no position yet, that order first walks the whole table: the
 snapshot; after it, every insert and update (they set the version) comes after the position: the
 follow. A row whose `deleted_column` is true goes as a tombstone; a row deleted outright is not seen,
 so a table to follow deletes softly.
 
 A version handed out by a transaction that commits later than others can come before rows already
 shipped, as an outbox's ids can; with a timestamp version, the settle window does for the follower
-what it does for the outbox (sources/outbox/poller.py), and with a numeric one, the numbers must be
+what it does for the outbox (runtime/sources/outbox/poller.py), and with a numeric one, the numbers must be
 handed out in commit order.
 """
 
@@ -24,13 +24,13 @@ from typing import Any
 import asyncpg
 
 from runtime.config import AppConfig, ConfigError
+from runtime.config.table_follower import TableFollowerConfig
 from runtime.counters import Counters
 from runtime.kafka.connection import Clients
 from runtime.kafka.record_limits import Limits
 from runtime.kafka.topic_serdes import serde_for
-from sources.polling import PollingSource
-from sources.shipper import Shipped
-from sources.table_follower.config import TableFollowerConfig
+from runtime.sources.polling import PollingSource
+from runtime.sources.shipper import Shipped
 
 
 class TableFollower(PollingSource):

@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from replay.jobs.board import Board
-from replay.jobs.state import JobState, ReplayRequest, Status
 from runtime.kafka.connection import Clients, start_with_retries
+from runtime.replay.jobs.board import Board
+from runtime.replay.jobs.state import JobState, ReplayRequest, Status
 
 log = logging.getLogger(__name__)
 

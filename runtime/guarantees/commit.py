@@ -30,33 +30,22 @@ appear as comments where each step is done):
    changelog offset it reaches (`TaskState.flush`), so a store is never ahead of its changelog.
 4. Checkpoint, for each task whose commit succeeded or that had nothing new to commit, when one is due
    and it has no part in it yet: its stores' state as step 3 left it, with the input offsets of step
-   1.4 (runtime/state/checkpoints.py).
+   1.4 (runtime/guarantees/store_checkpoints.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from aiokafka import TopicPartition
+from runtime.task.commits import Checkpoint, CommitBeforeProcessing
 
 if TYPE_CHECKING:
-    from runtime.state.checkpoints import StoreCheckpoints
+    from runtime.guarantees.store_checkpoints import StoreCheckpoints
     from runtime.task.task import Task
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """What one commit covers of a task: the next offset of each input (step 1.4)."""
-
-    task: Task
-    offsets: dict[TopicPartition, int]
-
-
-CommitBeforeProcessing = Callable[[TopicPartition, list[Any]], Awaitable[None]]
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 A service writes its business rows and an outbox row in one database transaction; the poller reads
 outbox rows after the last id it shipped, in id order, a batch at a time, and ships each batch with
-its last id as the position (sources/shipper.py: one Kafka transaction for both).
+its last id as the position (runtime/sources/shipper.py: one Kafka transaction for both).
 
 Ids are handed out when a row is written but become visible when its transaction commits, so a long
 transaction can commit a row with a smaller id than rows already shipped, and a poller that moved
@@ -23,12 +23,12 @@ from typing import Any
 import asyncpg
 
 from runtime.config import AppConfig, ConfigError
+from runtime.config.outbox import OutboxConfig
 from runtime.counters import Counters
 from runtime.kafka.connection import Clients
 from runtime.kafka.record_limits import Limits
-from sources.outbox.config import OutboxConfig
-from sources.polling import PollingSource
-from sources.shipper import Shipped
+from runtime.sources.polling import PollingSource
+from runtime.sources.shipper import Shipped
 
 
 class OutboxPoller(PollingSource):

@@ -1,5 +1,5 @@
 """Checkpoints of the stores, taken by the workers at commit boundaries: step 4 of the commit protocol
-(runtime/guarantees/checkpoint.py).
+(runtime/guarantees/commit.py).
 
 A checkpoint is named after a moment in UTC (`20261126T070000Z`) and holds, for each store in RocksDB
 with a changelog, every partition's state as a commit left it and the input offsets that commit covered,

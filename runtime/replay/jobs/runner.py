@@ -23,16 +23,16 @@ from typing import Any
 
 from aiokafka.errors import KafkaError, ProducerFenced
 
-from replay.jobs.state import JobState, ReplayRequest, Status
-from replay.keys import KeyNotEncodable, encoded_key
-from replay.scan import RangeGone, Replay, Span, locate, scan
 from runtime.commands.topic_serdes import topic_serdes
 from runtime.config import AppConfig
 from runtime.counters import Counters
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.outputs import OutputsRefused
 from runtime.kafka.topics import describe_limits, describe_partitions
-from sources.shipper import Shipped, Shipper
+from runtime.replay.jobs.state import JobState, ReplayRequest, Status
+from runtime.replay.keys import KeyNotEncodable, encoded_key
+from runtime.replay.scan import RangeGone, Replay, Span, locate, scan
+from runtime.sources.shipper import Shipped, Shipper
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,9 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+GC_THRESHOLD = 20_000
+"""Allocations between young-generation collections while a worker runs."""
+
 BULK_THRESHOLD = 100_000
 """Allocations between young-generation collections while reading in bulk."""
 
@@ -31,3 +34,11 @@ def freeze_what_lives() -> None:
     """Move everything alive now out of the collector's reach (after collecting what is garbage)."""
     gc.collect()
     gc.freeze()
+
+
+def tune_garbage_collector() -> None:
+    """Every record allocates a handful of short-lived objects, so the default threshold (700) runs a
+    collection every hundred records or so; raised, collections are rare, and the start-up objects
+    (modules, classes, config) are frozen out of them. Worth ~10% of CPU per record."""
+    gc.freeze()
+    gc.set_threshold(GC_THRESHOLD, 50, 100)

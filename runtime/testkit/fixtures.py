@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runtime.config import AppConfig
-from testkit.driver import AppDriver
+from runtime.testkit.driver import AppDriver
 
 MakeDriver = Callable[..., AppDriver]
 

@@ -3,7 +3,7 @@ stores, error policies and punctuations, through the runtime's own task, output 
 
 from runtime.errors import StopAfterCommit
 from runtime.task.failures import RecordFailed
-from testkit.driver import AppDriver
-from testkit.records import DeadLetter, TopicRecord
+from runtime.testkit.driver import AppDriver
+from runtime.testkit.records import DeadLetter, TopicRecord
 
 __all__ = ["AppDriver", "DeadLetter", "RecordFailed", "StopAfterCommit", "TopicRecord"]

@@ -20,15 +20,15 @@ from collections.abc import Awaitable, Callable
 
 from aiokafka.admin import NewTopic
 
-from replay.jobs.board import Board
-from replay.jobs.intake import Intake
-from replay.jobs.runner import JobRunner, Workplace, now_ms
-from replay.jobs.state import JobState, Status
 from runtime.config import AppConfig
 from runtime.counters import Counters
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.outages import report_outages
 from runtime.kafka.topics import ensure_internal_topics
+from runtime.replay.jobs.board import Board
+from runtime.replay.jobs.intake import Intake
+from runtime.replay.jobs.runner import JobRunner, Workplace, now_ms
+from runtime.replay.jobs.state import JobState, Status
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """What an outbox and a table follower share: a database table polled a batch at a time, each batch shipped
-with the position it reaches (sources/shipper.py), until cancelled. Cancelling is safe at any point: a
+with the position it reaches (runtime/sources/shipper.py), until cancelled. Cancelling is safe at any point: a
 Kafka transaction cut off is aborted when the source starts again, and it goes on from its position."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from runtime.config import AppConfig, ConfigError
 from runtime.counters import Counters
 from runtime.kafka.connection import Clients
 from runtime.kafka.record_limits import Limits
-from sources.database import Database
-from sources.shipper import Shipper
+from runtime.sources.database import Database
+from runtime.sources.shipper import Shipper
 
 log = logging.getLogger(__name__)
 

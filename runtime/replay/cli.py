@@ -11,15 +11,15 @@ from typing import Any, TextIO
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from replay.keys import KeyNotEncodable, encoded_key
-from replay.scan import Progress as Done
-from replay.scan import RangeGone, Replay, replay
 from runtime.commands.cluster import Cluster, CommandFailed, add_app_option, connect
 from runtime.commands.consume import record_line
 from runtime.commands.json_lines import dumps
 from runtime.commands.running import command_parser, run
 from runtime.commands.times import parse_time
 from runtime.commands.topic_serdes import TopicSerdes, add_serde_options, declared_serdes, topic_serdes
+from runtime.replay.keys import KeyNotEncodable, encoded_key
+from runtime.replay.scan import Progress as Done
+from runtime.replay.scan import RangeGone, Replay, replay
 
 EPILOG = """\
 The key's partition is Kafka's default for its bytes (the topic's key serde encodes KEY; a JSON or msgpack

@@ -1,4 +1,4 @@
-"""Step 2 of the runtime's commit protocol (runtime/guarantees/checkpoint.py) on in-memory topics."""
+"""Step 2 of the runtime's commit protocol (runtime/guarantees/commit.py) on in-memory topics."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from runtime.guarantees.checkpoint import Checkpoint, CommitBeforeProcessing, Committed
+from runtime.guarantees.commit import Committed
 from runtime.kafka.outputs import Outputs
+from runtime.task.commits import Checkpoint, CommitBeforeProcessing
 from runtime.task.task import Task
-from testkit.topics import MemoryProducer
+from runtime.testkit.topics import MemoryProducer
 
 
 class MemoryCommits:

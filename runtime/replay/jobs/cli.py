@@ -14,8 +14,6 @@ from aiokafka import TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from replay.jobs.service import ReplayService, create_job_topics
-from replay.jobs.state import JobState, ReplayRequest, Status
 from runtime.commands.cluster import Cluster, CommandFailed, add_app_option, connect
 from runtime.commands.running import command_parser, run
 from runtime.commands.times import parse_time
@@ -23,6 +21,8 @@ from runtime.config import AppConfig
 from runtime.console import configure_logging, log_format_from_environment
 from runtime.kafka.connection import Clients
 from runtime.log_fields import LOG_FIELDS, LOG_FORMATS
+from runtime.replay.jobs.service import ReplayService, create_job_topics
+from runtime.replay.jobs.state import JobState, ReplayRequest, Status
 
 EPILOG = """\
 The app YAML's `replay_jobs` section names the requests topic and the jobs topic (default

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from runtime.task.commits import Checkpoint, CommitBeforeProcessing
+from runtime.task.commits import CommitBeforeProcessing, TaskCommit
 
 if TYPE_CHECKING:
     from runtime.guarantees.store_checkpoints import StoreCheckpoints
@@ -50,11 +50,11 @@ if TYPE_CHECKING:
 
 @dataclass
 class Committed:
-    """What step 2 achieved: the checkpoints now durable, those with nothing new since the last commit
+    """What step 2 achieved: the tasks' commits now durable, those with nothing new since the last commit
     (exactly-once commits none for them), and the tasks another worker took over."""
 
-    checkpoints: list[Checkpoint] = field(default_factory=list)
-    unchanged: list[Checkpoint] = field(default_factory=list)
+    durable: list[TaskCommit] = field(default_factory=list)
+    unchanged: list[TaskCommit] = field(default_factory=list)
     lost: list[Task] = field(default_factory=list)
 
 
@@ -71,13 +71,13 @@ class Committer(Protocol):
         """A task was assigned and has not restored yet: exactly-once fences its previous owner and
         moves the task to the offsets that owner committed last."""
 
-    async def commit(self, checkpoints: list[Checkpoint]) -> Committed: ...
+    async def commit(self, task_commits: list[TaskCommit]) -> Committed: ...
 
     async def release(self, task: Task) -> None:
         """A task leaves, after its final commit or without one: what is still open is aborted."""
 
 
-class Checkpoints:
+class CommitCycle:
     """Runs the protocol over a worker's tasks: on a timer, when partitions are revoked, at shutdown."""
 
     def __init__(self, committer: Committer, interval_s: float, store_checkpoints: StoreCheckpoints | None = None):
@@ -93,26 +93,26 @@ class Checkpoints:
         flush failed (step 1.1) does not hold the others back: they commit, then its failure is raised."""
         async with self._one_at_a_time:
             running = [task for task in tasks if task.running]
-            outcomes: list[Checkpoint | BaseException | None]
+            outcomes: list[TaskCommit | BaseException | None]
             if self.committer.commits_in_turn:
                 outcomes = await asyncio.gather(*map(self._commit_in_turn, running), return_exceptions=True)
             else:
                 outcomes = await asyncio.gather(*map(self._prepare_in_turn, running), return_exceptions=True)
-                prepared = [outcome for outcome in outcomes if isinstance(outcome, Checkpoint)]
+                prepared = [outcome for outcome in outcomes if isinstance(outcome, TaskCommit)]
                 self._post_commit(await self.committer.commit(prepared))  # 2, 3
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
 
-    async def _prepare_in_turn(self, task: Task) -> Checkpoint | None:
+    async def _prepare_in_turn(self, task: Task) -> TaskCommit | None:
         async with task.commit_turn():
             return await task.prepare_commit()  # 1
 
     async def _commit_in_turn(self, task: Task) -> None:
         async with task.commit_turn():
-            checkpoint = await task.prepare_commit()  # 1
-            if checkpoint is not None:
-                self._post_commit(await self.committer.commit([checkpoint]))  # 2, 3
+            task_commit = await task.prepare_commit()  # 1
+            if task_commit is not None:
+                self._post_commit(await self.committer.commit([task_commit]))  # 2, 3
 
     async def commit_periodically(self, tasks: Callable[[], Iterable[Task]]) -> None:
         """Until `stop_timer`; a commit comes before its time when `commit_soon` asks. Never cancelled: a
@@ -134,12 +134,12 @@ class Checkpoints:
         self._wake_timer.set()
 
     def _post_commit(self, committed: Committed) -> None:
-        for checkpoint in committed.checkpoints:
-            state = checkpoint.task.state
+        for task_commit in committed.durable:
+            state = task_commit.task.state
             if state is not None:
-                state.flush(checkpoint.offsets)  # 3
+                state.flush(task_commit.offsets)  # 3
         if self.store_checkpoints is not None:
-            for checkpoint in committed.checkpoints + committed.unchanged:
-                self.store_checkpoints.after_commit(checkpoint.task, checkpoint.offsets)  # 4
+            for task_commit in committed.durable + committed.unchanged:
+                self.store_checkpoints.after_commit(task_commit.task, task_commit.offsets)  # 4
         for task in committed.lost:
             task.lose()

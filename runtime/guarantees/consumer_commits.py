@@ -17,7 +17,7 @@ from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit
 from runtime.guarantees.commit import Committed
 from runtime.kafka.outputs import Outputs
-from runtime.task.commits import Checkpoint, CommitBeforeProcessing
+from runtime.task.commits import CommitBeforeProcessing, TaskCommit
 from runtime.task.task import Task
 from runtime.telemetry import Telemetry
 
@@ -45,10 +45,10 @@ class AtLeastOnce:
     async def release(self, task: Task) -> None:
         return None
 
-    async def commit(self, checkpoints: list[Checkpoint]) -> Committed:
+    async def commit(self, task_commits: list[TaskCommit]) -> Committed:
         await self._wait_acked()
-        await self.commit_offsets({tp: offset for c in checkpoints for tp, offset in c.offsets.items()})
-        return Committed(checkpoints)
+        await self.commit_offsets({tp: offset for c in task_commits for tp, offset in c.offsets.items()})
+        return Committed(task_commits)
 
     async def _wait_acked(self) -> None:
         try:
@@ -91,6 +91,6 @@ class AtMostOnce(AtLeastOnce):
     async def _commit_batch(self, tp: TopicPartition, records: list[Any]) -> None:
         await self.commit_offsets({tp: records[-1].offset + 1})
 
-    async def commit(self, checkpoints: list[Checkpoint]) -> Committed:
+    async def commit(self, task_commits: list[TaskCommit]) -> Committed:
         await self._wait_acked()
-        return Committed(checkpoints)
+        return Committed(task_commits)

@@ -23,7 +23,7 @@ from runtime.errors import StopWithoutCommit, TaskLost
 from runtime.guarantees.commit import Committed
 from runtime.kafka.outputs import OutputsRefused
 from runtime.kafka.record_limits import broker_refusal
-from runtime.task.commits import Checkpoint, CommitBeforeProcessing
+from runtime.task.commits import CommitBeforeProcessing, TaskCommit
 from runtime.task.task import Task
 from runtime.telemetry import Telemetry
 from runtime.telemetry.metrics import TASK
@@ -68,16 +68,16 @@ class ExactlyOnce:
         self._committed[task] = await self._committed_positions(task)
         self._rewind(task, self._committed[task])
 
-    async def commit(self, checkpoints: list[Checkpoint]) -> Committed:
-        outcomes = await asyncio.gather(*(self._commit(checkpoint) for checkpoint in checkpoints))
+    async def commit(self, task_commits: list[TaskCommit]) -> Committed:
+        outcomes = await asyncio.gather(*(self._commit(task_commit) for task_commit in task_commits))
         committed = Committed()
-        for checkpoint, outcome in zip(checkpoints, outcomes, strict=True):
+        for task_commit, outcome in zip(task_commits, outcomes, strict=True):
             if outcome is _Outcome.COMMITTED:
-                committed.checkpoints.append(checkpoint)
+                committed.durable.append(task_commit)
             elif outcome is _Outcome.UNCHANGED:
-                committed.unchanged.append(checkpoint)
+                committed.unchanged.append(task_commit)
             elif outcome is _Outcome.LOST:
-                committed.lost.append(checkpoint.task)
+                committed.lost.append(task_commit.task)
         return committed
 
     async def release(self, task: Task) -> None:
@@ -130,8 +130,8 @@ class ExactlyOnce:
         self._committed.pop(task, None)
         self._sent_at_begin.pop(task, None)
 
-    async def _commit(self, checkpoint: Checkpoint) -> _Outcome:
-        task, offsets = checkpoint.task, checkpoint.offsets
+    async def _commit(self, task_commit: TaskCommit) -> _Outcome:
+        task, offsets = task_commit.task, task_commit.offsets
         if task not in self._sent_at_begin:
             return _Outcome.LOST
         if not self._dirty(task, offsets):

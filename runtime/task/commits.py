@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Checkpoint:
+class TaskCommit:
     """What one commit covers of a task: the next offset of each input (step 1.4)."""
 
     task: Task

@@ -41,7 +41,7 @@ class StreamTimePunctuator:
 
 
 @dataclass(frozen=True)
-class StreamTimeCheckpoint:
+class StreamTimeMark:
     stream_time: int
     dues: Mapping[StreamTimePunctuator, int]
 
@@ -154,15 +154,15 @@ class TaskContext(Context):
             punctuator.due <= now for punctuator in self.punctuators
         )
 
-    def stream_time_now(self) -> StreamTimeCheckpoint:
-        return StreamTimeCheckpoint(self.latest_timestamp, {p: p.due for p in self.stream_time_punctuators})
+    def stream_time_now(self) -> StreamTimeMark:
+        return StreamTimeMark(self.latest_timestamp, {p: p.due for p in self.stream_time_punctuators})
 
-    def go_back_to(self, checkpoint: StreamTimeCheckpoint) -> None:
+    def go_back_to(self, mark: StreamTimeMark) -> None:
         """The task goes back to committed offsets: their records are processed again with the stream
         time, and the stream-time punctuations, they met the first time."""
-        self.latest_timestamp = checkpoint.stream_time
+        self.latest_timestamp = mark.stream_time
         for punctuator in self.stream_time_punctuators:
-            punctuator.due = checkpoint.dues.get(punctuator, punctuator.due)
+            punctuator.due = mark.dues.get(punctuator, punctuator.due)
 
     def send(
         self,

@@ -44,7 +44,7 @@ from runtime.state.task_state import TaskState
 from runtime.task.broadcast import BroadcastReader, BroadcastSource
 from runtime.task.choice_order import ChoiceOrder
 from runtime.task.clock import SYSTEM_CLOCK, Clock
-from runtime.task.commits import Checkpoint, CommitBeforeProcessing
+from runtime.task.commits import CommitBeforeProcessing, TaskCommit
 from runtime.task.context import TaskContext, TopicSerdes
 from runtime.task.event_time import TimestampOf, raw_event_time
 from runtime.task.failures import FailureHandler, Stage
@@ -146,7 +146,7 @@ class Task:
             self._after_take, lambda error: self._lifecycle_failed("choose()", error), frozenset(self._tables),
             self._write_table,
         )  # fmt: skip
-        self._stream_time_checkpoint = self._committed_stream_time = context.stream_time_now()
+        self._stream_time_mark = self._committed_stream_time = context.stream_time_now()
         self._punctuations = Punctuations(
             task_id,
             context,
@@ -238,10 +238,10 @@ class Task:
         self._context.refuse(refusals)
 
     def committed(self, offsets: Mapping[TopicPartition, int]) -> None:
-        """The last checkpoint is committed: refusals of records below `offsets` are done with, and its
+        """The last prepared commit is durable: refusals of records below `offsets` are done with, and its
         stream time is where going back to its offsets goes back to."""
         self._context.forget_refusals({(tp.topic, tp.partition): offset for tp, offset in offsets.items()})
-        self._committed_stream_time = self._stream_time_checkpoint
+        self._committed_stream_time = self._stream_time_mark
 
     def mark_caught_up(self, tp: TopicPartition, end: int) -> None:
         """Every record below `end` was processed (gaps are compaction or transaction markers). Not so
@@ -339,7 +339,7 @@ class Task:
         key_serde, value_serde = self._services.serdes[topic]
         return raw_event_time(self._loop.builders[topic], key_serde.deserialize, value_serde.deserialize)
 
-    async def prepare_commit(self) -> Checkpoint | None:
+    async def prepare_commit(self) -> TaskCommit | None:
         """Steps 1.1 to 1.4 of the commit protocol, in the task's turn; None when there is nothing to
         commit: the task is not running, or its processor's `flush` failed."""
         if not self.running:
@@ -360,9 +360,9 @@ class Task:
             self.broadcast.write_positions(self.next_offsets)  # 1.3, the broadcast positions as store changes
         if self.state is not None:
             self.state.log_changes()  # 1.3
-        self._stream_time_checkpoint = self._context.stream_time_now()
+        self._stream_time_mark = self._context.stream_time_now()
         # 1.4, of the group's inputs: the broadcast ones are in the state
-        return Checkpoint(self, {tp: o for tp, o in self.next_offsets.items() if tp in self.group_inputs})
+        return TaskCommit(self, {tp: o for tp, o in self.next_offsets.items() if tp in self.group_inputs})
 
     async def close(self) -> None:
         """Close the processor (after its last flush, if it ran), then the stores, so that another

@@ -9,7 +9,7 @@ from aiokafka import TopicPartition
 
 from runtime.guarantees.commit import Committed
 from runtime.kafka.outputs import Outputs
-from runtime.task.commits import Checkpoint, CommitBeforeProcessing
+from runtime.task.commits import CommitBeforeProcessing, TaskCommit
 from runtime.task.task import Task
 from runtime.testkit.topics import MemoryProducer
 
@@ -31,15 +31,15 @@ class MemoryCommits:
     async def release(self, task: Task) -> None:
         return None
 
-    async def commit(self, checkpoints: list[Checkpoint]) -> Committed:
+    async def commit(self, task_commits: list[TaskCommit]) -> Committed:
         for outputs in self._outputs():
             await outputs.wait_acked()
             producer = outputs.producer
             assert isinstance(producer, MemoryProducer)
             await producer.commit_transaction()
         if self.commit_before_processing is None:
-            self.offsets.update({tp: offset for c in checkpoints for tp, offset in c.offsets.items()})
-        return Committed(checkpoints)
+            self.offsets.update({tp: offset for c in task_commits for tp, offset in c.offsets.items()})
+        return Committed(task_commits)
 
     async def _commit_batch(self, tp: TopicPartition, records: list[Any]) -> None:
         self.offsets[tp] = records[-1].offset + 1

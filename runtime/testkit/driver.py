@@ -43,7 +43,7 @@ from runtime.errors import StopAfterCommit
 from runtime.garbage_collection import bulk_allocations
 from runtime.global_stores.changes import Failed
 from runtime.global_stores.store import GlobalStore, OnFailures, dead_letter_handler, set_aside
-from runtime.guarantees.commit import Checkpoints
+from runtime.guarantees.commit import CommitCycle
 from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import TopicLimits
 from runtime.kafka.topic_serdes import topic_serdes
@@ -126,7 +126,7 @@ class AppDriver:
         self._per_task: list[Outputs] = []
         committer = MemoryCommits(lambda: [self._shared, *self._per_task], config.guarantee is Guarantee.AT_MOST_ONCE)
         self.committed = committer.offsets
-        self._checkpoints = Checkpoints(committer, config.commit_interval_s)
+        self._commit_cycle = CommitCycle(committer, config.commit_interval_s)
         for name in config.global_stores:
             self._global_stores[name] = GlobalStore.open(config, name, self._set_aside(name))
         services = TaskServices(
@@ -356,12 +356,12 @@ class AppDriver:
             if self.auto_commit:
                 await self._commit_and_deliver()
         except StopAfterCommit:
-            await self._checkpoints.commit(list(self._tasks.values()))
+            await self._commit_cycle.commit(list(self._tasks.values()))
             raise
 
     async def _commit_and_deliver(self) -> None:
         for _ in range(MAX_ROUNDS):
-            await self._checkpoints.commit(list(self._tasks.values()))
+            await self._commit_cycle.commit(list(self._tasks.values()))
             if not await self._process():
                 return
             if not self.auto_commit:
@@ -409,7 +409,7 @@ class AppDriver:
     async def _stop(self) -> None:
         try:
             if self._failure is None and self._tasks:
-                await self._checkpoints.commit(list(self._tasks.values()))
+                await self._commit_cycle.commit(list(self._tasks.values()))
         finally:
             for task in self._tasks.values():
                 await task.close()

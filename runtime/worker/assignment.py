@@ -22,7 +22,7 @@ from runtime.config import AppConfig, Guarantee, ProcessorConfig
 from runtime.config.processors import ConcurrencyConfig
 from runtime.counters import Counters
 from runtime.errors import StopAfterCommit, TaskLost
-from runtime.guarantees.commit import Checkpoints
+from runtime.guarantees.commit import CommitCycle
 from runtime.kafka.outputs import Outputs
 from runtime.log_fields import CURRENT_TASK
 from runtime.state.task_state import TaskState
@@ -47,7 +47,7 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
         services: TaskServices,
         outputs_for: Callable[[TaskId], Outputs],
         restore: Callable[[TaskState], Awaitable[None]],
-        checkpoints: Checkpoints,
+        commit_cycle: CommitCycle,
         backpressure: Backpressure,
         end_offsets: Mapping[TopicPartition, int] | None,
         outcome: Outcome,
@@ -62,7 +62,7 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
         self._services = services
         self._outputs_for = outputs_for
         self._restore = restore
-        self._checkpoints = checkpoints
+        self._commit_cycle = commit_cycle
         self._backpressure = backpressure
         self._end_offsets = end_offsets
         self._outcome = outcome
@@ -143,7 +143,7 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
         CURRENT_TASK.set((str(task.id), task.id.partition))  # on every line this actor logs
         try:
             task.phase = TaskPhase.RESTORING
-            await self._checkpoints.committer.claim(task)
+            await self._commit_cycle.committer.claim(task)
             if task.state is not None:
                 await self._restore(task.state)
             self._backpressure.release(task.inputs, (STARTING, task.id))
@@ -174,7 +174,7 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def _commit(self, tasks: list[Task]) -> None:
         try:
-            await self._checkpoints.commit(tasks)
+            await self._commit_cycle.commit(tasks)
         except Exception as error:
             self._outcome.fail(error, "the final commit")
 
@@ -204,7 +204,7 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
         if task.phase is TaskPhase.CLOSED:  # a task taken over left as its actor ended
             return
         try:
-            await self._checkpoints.committer.release(task)
+            await self._commit_cycle.committer.release(task)
         except Exception as error:
             self._outcome.fail(error, f"releasing task {task.id}")
         try:

@@ -16,7 +16,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runtime.config import AppConfig
-from runtime.guarantees.commit import Checkpoints
+from runtime.guarantees.commit import CommitCycle
 from runtime.worker.assignment import Assignment
 from runtime.worker.backpressure import END_OF_RUN, Backpressure
 
@@ -33,14 +33,14 @@ class BoundedRun:
         end_offsets: dict[TopicPartition, int],
         backpressure: Backpressure,
         assignment: Assignment,
-        checkpoints: Checkpoints,
+        commit_cycle: CommitCycle,
     ):
         self.end_offsets = end_offsets  # the tasks share this mapping
         self._config = config
         self._consumer = consumer
         self._backpressure = backpressure
         self._assignment = assignment
-        self._checkpoints = checkpoints
+        self._commit_cycle = commit_cycle
         self._finished_elsewhere: set[TopicPartition] = set()
         self._last_check = 0.0
 
@@ -94,7 +94,7 @@ class BoundedRun:
         )
         if not internal:
             return False
-        await self._checkpoints.commit(list(self._assignment.tasks.values()))  # what they wrote so far
+        await self._commit_cycle.commit(list(self._assignment.tasks.values()))  # what they wrote so far
         tps = [tp for tp in self.end_offsets if tp.topic in internal]
         ends = await self._consumer.end_offsets(tps)
         grown = {tp: end for tp, end in ends.items() if end > self.end_offsets[tp]}

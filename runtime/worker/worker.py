@@ -21,7 +21,7 @@ from runtime.config import AppConfig, ConfigError, Guarantee
 from runtime.counters import Counters
 from runtime.garbage_collection import bulk_allocations, freeze_what_lives
 from runtime.global_stores.stores import GlobalStores
-from runtime.guarantees.commit import Checkpoints, Committer
+from runtime.guarantees.commit import CommitCycle, Committer
 from runtime.guarantees.consumer_commits import AtLeastOnce, AtMostOnce
 from runtime.guarantees.store_checkpoints import StoreCheckpoints
 from runtime.guarantees.transactions import ExactlyOnce
@@ -214,8 +214,8 @@ class Worker:
         backpressure = self._backpressure = Backpressure(consumer, config.queue, counters)
         committer = self._committer(consumer, shared)
         store_checkpoints = StoreCheckpoints.configured(config, partition_counts)
-        checkpoints = Checkpoints(committer, config.commit_interval_s, store_checkpoints)
-        store_buffers = StoreBuffers(config.store_buffer_mb * MB, checkpoints.commit_soon)
+        commit_cycle = CommitCycle(committer, config.commit_interval_s, store_checkpoints)
+        store_buffers = StoreBuffers(config.store_buffer_mb * MB, commit_cycle.commit_soon)
         restorer = ChangelogRestorer(
             self._restore_consumer, counters, self.telemetry.tracer, committed=consumer.committed
         )
@@ -240,7 +240,7 @@ class Worker:
             services,
             outputs_for,
             restorer.restore,
-            checkpoints,
+            commit_cycle,
             backpressure,
             end_offsets,
             outcome,
@@ -250,7 +250,7 @@ class Worker:
         )
         bounded_run = None
         if end_offsets is not None:
-            bounded_run = BoundedRun(config, consumer, end_offsets, backpressure, assignment, checkpoints)
+            bounded_run = BoundedRun(config, consumer, end_offsets, backpressure, assignment, commit_cycle)
         self.readiness.tasks = assignment.tasks.values
         self.readiness.records_to_restore = lambda: sum(left for _, left in list(restorer.partitions.values()))
         register_levels(self.telemetry.metrics, self.counters, consumer, assignment, backpressure, restorer,
@@ -261,7 +261,7 @@ class Worker:
             spawn(self._supervised(what, source.run()), what) for what, source in self._sources(partition_counts)
         ]
         tasks = lambda: list(assignment.tasks.values())  # noqa: E731
-        timer = spawn(self._supervised("the commit timer", checkpoints.commit_periodically(tasks)), "commit timer")
+        timer = spawn(self._supervised("the commit timer", commit_cycle.commit_periodically(tasks)), "commit timer")
         purge = RepartitionPurge(consumer, self._clients.admin, set(config.repartition_topics()))
         purger = spawn(purge.periodically(), "repartition purge") if config.repartition_topics() else None
         consumer.subscribe(config.input_topics(), listener=assignment)
@@ -276,7 +276,7 @@ class Worker:
                 poller.cancel()  # a transaction it leaves open is aborted by the next start
             if purger is not None:
                 purger.cancel()
-            checkpoints.stop_timer()
+            commit_cycle.stop_timer()
             await timer
             await assignment.stop_all(commit=outcome.commits_at_stop(config.guarantee is Guarantee.EXACTLY_ONCE))
             if store_checkpoints is not None:

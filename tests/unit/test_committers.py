@@ -23,7 +23,7 @@ from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit, TaskLost
 from runtime.guarantees.consumer_commits import AtLeastOnce, AtMostOnce
 from runtime.guarantees.transactions import ExactlyOnce
-from runtime.task.commits import Checkpoint
+from runtime.task.commits import TaskCommit
 from runtime.task.task import Task, TaskPhase
 from runtime.telemetry import Telemetry
 from tests.support.engine_fakes import (
@@ -58,8 +58,8 @@ class Forward(Processor):
         ctx.send(OUT, record.value)
 
 
-def checkpoint(offsets: dict[TopicPartition, int], task: Task | None = None) -> Checkpoint:
-    return Checkpoint(task if task is not None else make_task(Forward()), offsets)
+def task_commit(offsets: dict[TopicPartition, int], task: Task | None = None) -> TaskCommit:
+    return TaskCommit(task if task is not None else make_task(Forward()), offsets)
 
 
 # At-least-once
@@ -73,13 +73,13 @@ async def test_at_least_once_commits_offsets_after_the_outputs_are_acknowledged_
     log: list[str] = []
     consumer, outputs, counters = FakeConsumer(log), FakeOutputs(log), Counters()
     committer = at_least_once(consumer, outputs, counters)
-    first, second = checkpoint({TP0: 5}), checkpoint({TP1: 3})
+    first, second = task_commit({TP0: 5}), task_commit({TP1: 3})
 
     committed = await committer.commit([first, second])
-    await committer.commit([checkpoint({TP0: 5}), checkpoint({TP1: 4})])
-    await committer.commit([checkpoint({TP0: 5}), checkpoint({TP1: 4})])
+    await committer.commit([task_commit({TP0: 5}), task_commit({TP1: 4})])
+    await committer.commit([task_commit({TP0: 5}), task_commit({TP1: 4})])
 
-    assert committed.checkpoints == [first, second] and committed.lost == []
+    assert committed.durable == [first, second] and committed.lost == []
     assert consumer.commits == [{TP0: 5, TP1: 3}, {TP1: 4}]
     assert log == ["wait_acked", "consumer commit"] * 2 + ["wait_acked"]
     assert counters.commits == 2
@@ -93,8 +93,8 @@ async def test_a_rejected_offset_commit_is_counted_not_raised_and_retried_next_t
     committer = at_least_once(consumer, FakeOutputs(), counters)
     consumer.commit_failure = error
 
-    await committer.commit([checkpoint({TP0: 5})])
-    await committer.commit([checkpoint({TP0: 5})])
+    await committer.commit([task_commit({TP0: 5})])
+    await committer.commit([task_commit({TP0: 5})])
 
     assert consumer.commits == [{TP0: 5}]  # not taken for committed by the failed attempt
     assert (counters.failed_commits, counters.commits) == (1, 1)
@@ -106,7 +106,7 @@ async def test_at_least_once_stops_without_commit_when_outputs_failed() -> None:
     committer = at_least_once(consumer, outputs, Counters())
 
     with pytest.raises(StopWithoutCommit, match="producing outputs failed: KafkaTimeoutError"):
-        await committer.commit([checkpoint({TP0: 5})])
+        await committer.commit([task_commit({TP0: 5})])
 
     assert consumer.commits == []
 
@@ -125,11 +125,11 @@ async def test_at_most_once_commits_a_batch_before_processing_it_and_not_again_a
     task.request_stop()
     await actor
 
-    committed = await committer.commit([checkpoint(dict(task.next_offsets), task)])
+    committed = await committer.commit([task_commit(dict(task.next_offsets), task)])
 
     assert processor.committed_when_processed == [[{TP0: 9}], [{TP0: 9}]]
     assert consumer.commits == [{TP0: 9}]
-    assert [c.task for c in committed.checkpoints] == [task]
+    assert [c.task for c in committed.durable] == [task]
 
 
 # Exactly-once
@@ -201,7 +201,7 @@ async def test_a_commit_sends_the_changed_offsets_to_the_consumer_group_and_begi
     task = transactional_task()
     committer = await claimed(consumer, counters, task)
     fake_outputs(task).append(OUT, None, b"{}")
-    done = checkpoint({TP0: 12, TP1: 20}, task)
+    done = task_commit({TP0: 12, TP1: 20}, task)
 
     committed = await committer.commit([done])
 
@@ -211,7 +211,7 @@ async def test_a_commit_sends_the_changed_offsets_to_the_consumer_group_and_begi
         ("begin_transaction", None),
     ]
     assert fake_outputs(task).sent == 1  # the outputs went out inside the transaction
-    assert committed.checkpoints == [done]
+    assert committed.durable == [done]
     assert counters.commits == 1
 
 
@@ -220,10 +220,10 @@ async def test_a_task_with_nothing_new_is_not_committed() -> None:
     task = transactional_task()
     committer = await claimed(consumer, counters, task)
 
-    committed = await committer.commit([checkpoint({TP0: 10, TP1: 20}, task)])
+    committed = await committer.commit([task_commit({TP0: 10, TP1: 20}, task)])
 
     assert producer_calls(task) == []
-    assert committed.checkpoints == [] and committed.lost == []  # nothing to flush to the stores either
+    assert committed.durable == [] and committed.lost == []  # nothing to flush to the stores either
     assert counters.commits == 0
 
 
@@ -234,10 +234,10 @@ async def test_a_task_with_only_store_writes_is_committed() -> None:
     committer = await claimed(consumer, counters, task)
     state.has_unflushed_writes = True
 
-    committed = await committer.commit([checkpoint({TP0: 10, TP1: 20}, task)])
+    committed = await committer.commit([task_commit({TP0: 10, TP1: 20}, task)])
 
     assert [name for name, _ in producer_calls(task)] == ["commit_transaction", "begin_transaction"]
-    assert len(committed.checkpoints) == 1
+    assert len(committed.durable) == 1
 
 
 async def test_a_failed_transaction_is_aborted_and_its_work_redone_from_the_committed_offsets() -> None:
@@ -248,12 +248,12 @@ async def test_a_failed_transaction_is_aborted_and_its_work_redone_from_the_comm
     task.next_offsets = {TP0: 15, TP1: 20}
     fake_outputs(task).producer.failures["commit_transaction"] = KafkaConnectionError()
 
-    committed = await committer.commit([checkpoint({TP0: 15, TP1: 20}, task)])
+    committed = await committer.commit([task_commit({TP0: 15, TP1: 20}, task)])
 
     assert [name for name, _ in producer_calls(task)] == [
         "send_offsets_to_transaction", "commit_transaction", "abort_transaction", "begin_transaction",
     ]  # fmt: skip
-    assert committed.checkpoints == [] and committed.lost == []
+    assert committed.durable == [] and committed.lost == []
     assert consumer.seeks == [(TP0, 10), (TP1, 20)]
     assert task.next_offsets == {TP0: 10, TP1: 20}
     assert state.discarded
@@ -272,10 +272,10 @@ async def test_a_fenced_commit_loses_the_task(fenced_at: str) -> None:
         failures["commit_transaction"] = KafkaConnectionError()
         failures["abort_transaction"] = ProducerFenced()
 
-    committed = await committer.commit([checkpoint({TP0: 11, TP1: 20}, task)])
-    again = await committer.commit([checkpoint({TP0: 12, TP1: 20}, task)])
+    committed = await committer.commit([task_commit({TP0: 11, TP1: 20}, task)])
+    again = await committer.commit([task_commit({TP0: 12, TP1: 20}, task)])
 
-    assert committed.lost == [task] and committed.checkpoints == []
+    assert committed.lost == [task] and committed.durable == []
     assert again.lost == [task]  # forgotten: it never commits again
     assert counters.fenced_tasks == 1
     assert fake_outputs(task).producer.names()[-1] == (

@@ -21,7 +21,7 @@ from processors.processor import Processor
 from processors.record import Record
 from runtime.config import ErrorPolicy
 from runtime.config.processors import ConcurrencyConfig
-from runtime.task.commits import Checkpoint
+from runtime.task.commits import TaskCommit
 from runtime.task.in_flight import InFlightRecordFailed
 from runtime.telemetry import Telemetry
 from tests.support.engine_fakes import (
@@ -120,14 +120,14 @@ async def test_a_commit_waits_until_nothing_is_in_flight(telemetry: Telemetry) -
         await asyncio.sleep(0.05)
         assert not commit.done()
         processor.gate.set()
-        checkpoint = await commit
-    assert checkpoint == Checkpoint(task, {TP: 10})
+        task_commit = await commit
+    assert task_commit == TaskCommit(task, {TP: 10})
     assert len(sent(fake_outputs(task))) == 10
 
 
-async def _prepare(task: Any) -> Checkpoint | None:
+async def _prepare(task: Any) -> TaskCommit | None:
     async with task.commit_turn():
-        result: Checkpoint | None = await task.prepare_commit()
+        result: TaskCommit | None = await task.prepare_commit()
         return result
 
 

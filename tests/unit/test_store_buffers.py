@@ -8,7 +8,7 @@ import tracemalloc
 
 import pytest
 
-from runtime.guarantees.commit import Checkpoints, Committed
+from runtime.guarantees.commit import CommitCycle, Committed
 from runtime.state.store_buffers import StoreBuffers
 from stores.memory import MemoryBackend
 from stores.store import KeyValueStore
@@ -52,25 +52,25 @@ class NoCommits:
     commits_in_turn = False
     commit_before_processing = None
 
-    async def commit(self, checkpoints: list[object]) -> Committed:
+    async def commit(self, task_commits: list[object]) -> Committed:
         return Committed()
 
 
 @pytest.mark.anyio
 async def test_commit_soon_wakes_the_timer_before_its_interval() -> None:
-    checkpoints = Checkpoints(NoCommits(), interval_s=600)  # type: ignore[arg-type]
+    commit_cycle = CommitCycle(NoCommits(), interval_s=600)  # type: ignore[arg-type]
     rounds: list[float] = []
 
     def tasks() -> list[object]:
         rounds.append(asyncio.get_running_loop().time())
         return []
 
-    timer = asyncio.create_task(checkpoints.commit_periodically(tasks))  # type: ignore[arg-type]
+    timer = asyncio.create_task(commit_cycle.commit_periodically(tasks))  # type: ignore[arg-type]
     await asyncio.sleep(0.05)
     assert rounds == []
-    checkpoints.commit_soon()
+    commit_cycle.commit_soon()
     await asyncio.sleep(0.05)
     assert len(rounds) == 1
-    checkpoints.stop_timer()
+    commit_cycle.stop_timer()
     await asyncio.wait_for(timer, 1)
     assert len(rounds) == 1, "stopping commits nothing more"

@@ -18,7 +18,7 @@ from processors.processor import Processor
 from processors.record import Record
 from runtime.config import ErrorPolicy
 from runtime.errors import StopAfterCommit
-from runtime.task.commits import Checkpoint
+from runtime.task.commits import TaskCommit
 from runtime.task.failures import RecordFailed
 from runtime.telemetry import Telemetry
 from tests.support.engine_fakes import (
@@ -184,15 +184,15 @@ async def test_a_commit_takes_the_turn_after_the_current_record_and_the_rest_fol
     async def commit() -> None:
         gate.set()  # record 1 resumes only once this waits for the turn: it is the batch's last
         async with task.commit_turn():
-            checkpoint = await task.prepare_commit()
-            seen_by_commit.extend([list(processor.seen), checkpoint, task.queued, sent(fake_outputs(task))])
+            task_commit = await task.prepare_commit()
+            seen_by_commit.extend([list(processor.seen), task_commit, task.queued, sent(fake_outputs(task))])
 
     async with running(task):
         await processor.reached.wait()
         await commit()
         await until_idle(task)
 
-    assert seen_by_commit == [[0, 1], Checkpoint(task, {TP: 2}), 4, [{"n": 0}, {"n": 1}]]
+    assert seen_by_commit == [[0, 1], TaskCommit(task, {TP: 2}), 4, [{"n": 0}, {"n": 1}]]
     assert processor.seen == [0, 1, 2, 3, 4, 5]
     assert sent(fake_outputs(task)) == [{"n": n} for n in range(6)]
     assert task.next_offsets == {TP: 6}

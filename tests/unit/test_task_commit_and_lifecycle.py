@@ -14,7 +14,7 @@ from processors.processor import Processor
 from processors.record import Record
 from runtime.config import ErrorPolicy
 from runtime.errors import StopAfterCommit
-from runtime.task.commits import Checkpoint
+from runtime.task.commits import TaskCommit
 from runtime.task.task import Task, TaskPhase
 from tests.support.engine_fakes import (
     IN,
@@ -75,7 +75,7 @@ async def processed(task: Task, *offsets: int) -> None:
         await until_idle(task)
 
 
-async def prepare(task: Task) -> Checkpoint | None:
+async def prepare(task: Task) -> TaskCommit | None:
     async with task.commit_turn():
         return await task.prepare_commit()
 
@@ -86,7 +86,7 @@ async def test_prepare_commit_awaits_the_flush_and_releases_what_it_sent(bufferi
     await processed(task, 0, 1)
     assert sent(fake_outputs(task)) == []
 
-    assert await prepare(task) == Checkpoint(task, {TP: 2})
+    assert await prepare(task) == TaskCommit(task, {TP: 2})
 
     assert buffering.flushes == 1
     assert sent(fake_outputs(task)) == [{"n": 0}, {"n": 1}]
@@ -108,7 +108,7 @@ async def test_a_failing_flush_under_skip_commits_nothing_of_the_task_and_counts
     assert sent(fake_outputs(task)) == []  # what the failed flush sent does not escape
     assert log == []
     buffering.failing = False
-    assert await prepare(task) == Checkpoint(task, {TP: 2})
+    assert await prepare(task) == TaskCommit(task, {TP: 2})
     assert sent(fake_outputs(task)) == [{"n": 0}, {"n": 1}]
 
 

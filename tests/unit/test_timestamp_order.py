@@ -14,7 +14,7 @@ from aiokafka import TopicPartition
 from processors.context import Context
 from processors.processor import Processor
 from processors.record import Record
-from runtime.task.commits import Checkpoint
+from runtime.task.commits import TaskCommit
 from runtime.task.event_time import field_reader
 from runtime.task.timestamp_order import InputQueue, TimestampOrder
 from runtime.telemetry import Telemetry
@@ -240,15 +240,15 @@ async def test_a_commit_ends_a_run_after_its_current_record_and_the_order_goes_o
     async def commit() -> None:
         gate.set()  # the record at 20 goes on only once this waits for the turn: its run ends after it
         async with task.commit_turn():
-            checkpoint = await task.prepare_commit()
-            seen_by_commit.extend([[t for _, t, _ in journal.seen], checkpoint, task.queued])
+            task_commit = await task.prepare_commit()
+            seen_by_commit.extend([[t for _, t, _ in journal.seen], task_commit, task.queued])
 
     async with running(task):
         await journal.reached.wait()
         await commit()
         await until_idle(task)
 
-    assert seen_by_commit == [[10, 20], Checkpoint(task, {A: 2}), 4]
+    assert seen_by_commit == [[10, 20], TaskCommit(task, {A: 2}), 4]
     assert [t for _, t, _ in journal.seen] == [10, 20, 30, 40, 50, 60]
     assert task.next_offsets == {A: 4, B: 2}
     assert task.queued == 0

@@ -1,4 +1,4 @@
-"""The commit protocol (`Checkpoints`) over real tasks, with a committer that records step 2."""
+"""The commit protocol (`CommitCycle`) over real tasks, with a committer that records step 2."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from processors.processor import Processor
 from processors.record import Record
 from runtime.config import ErrorPolicy
 from runtime.errors import StopAfterCommit
-from runtime.guarantees.commit import Checkpoints, Committed
-from runtime.task.commits import Checkpoint, CommitBeforeProcessing
+from runtime.guarantees.commit import CommitCycle, Committed
+from runtime.task.commits import CommitBeforeProcessing, TaskCommit
 from runtime.task.task import Task, TaskPhase
 from tests.support.engine_fakes import IN, OUT, FakeState, Log, make_services, make_task, raw, until_idle
 
@@ -51,7 +51,7 @@ class RecordingCommitter:
     def __init__(self, log: Log, commits_in_turn: bool):
         self.commits_in_turn = commits_in_turn
         self.log = log
-        self.checkpoints: list[list[Checkpoint]] = []
+        self.task_commits: list[list[TaskCommit]] = []
         self.lost: set[str] = set()
         self.gate: asyncio.Event | None = None
         self.entered = asyncio.Event()
@@ -62,17 +62,17 @@ class RecordingCommitter:
     async def release(self, task: Task) -> None:
         return None
 
-    async def commit(self, checkpoints: list[Checkpoint]) -> Committed:
-        names = ",".join(str(c.task.id.processor) for c in checkpoints)
+    async def commit(self, task_commits: list[TaskCommit]) -> Committed:
+        names = ",".join(str(c.task.id.processor) for c in task_commits)
         self.log.append(f"commit {names}")
-        self.checkpoints.append(checkpoints)
+        self.task_commits.append(task_commits)
         self.entered.set()
         if self.gate is not None:
             await self.gate.wait()
         self.log.append(f"committed {names}")
         return Committed(
-            [c for c in checkpoints if c.task.id.processor not in self.lost],
-            lost=[c.task for c in checkpoints if c.task.id.processor in self.lost],
+            [c for c in task_commits if c.task.id.processor not in self.lost],
+            lost=[c.task for c in task_commits if c.task.id.processor in self.lost],
         )
 
 
@@ -93,7 +93,7 @@ async def test_tasks_that_commit_together_prepare_in_turn_then_commit_once_then_
     a, b = running_task("a", log), running_task("b", log)
     committer = RecordingCommitter(log, commits_in_turn=False)
 
-    await Checkpoints(committer, 60).commit([a, b])
+    await CommitCycle(committer, 60).commit([a, b])
 
     assert log == [
         "a flush", "a log changes", "b flush", "b log changes",  # 1, task by task
@@ -107,7 +107,7 @@ async def test_tasks_that_commit_in_turn_each_go_through_all_steps() -> None:
     a, b = running_task("a", log), running_task("b", log)
     committer = RecordingCommitter(log, commits_in_turn=True)
 
-    await Checkpoints(committer, 60).commit([a, b])
+    await CommitCycle(committer, 60).commit([a, b])
 
     for name in "ab":
         steps = [entry for entry in log if name in (entry.split()[0], entry.split()[-1])]
@@ -122,7 +122,7 @@ async def test_only_committed_checkpoints_flush_their_stores_and_lost_tasks_are_
     committer = RecordingCommitter(log, in_turn)
     committer.lost = {"b"}
 
-    await Checkpoints(committer, 60).commit([a, b])
+    await CommitCycle(committer, 60).commit([a, b])
 
     assert "a flush stores" in log
     assert "b flush stores" not in log
@@ -139,9 +139,9 @@ async def test_tasks_not_running_take_no_part(in_turn: bool) -> None:
     committer = RecordingCommitter(log, in_turn)
 
     async with lost.turn:  # its actor is still finishing a batch: the commit does not wait for it
-        await asyncio.wait_for(Checkpoints(committer, 60).commit([running, restoring, lost]), 5)
+        await asyncio.wait_for(CommitCycle(committer, 60).commit([running, restoring, lost]), 5)
 
-    assert [[c.task for c in checkpoints] for checkpoints in committer.checkpoints] == [[running]]
+    assert [[c.task for c in task_commits] for task_commits in committer.task_commits] == [[running]]
     assert not any(entry.startswith(("b ", "c ")) for entry in log)
 
 
@@ -152,7 +152,7 @@ async def test_a_failing_flush_keeps_its_task_out_and_the_others_commit_before_i
     sink(b).failing = True
     committer = RecordingCommitter(log, in_turn)
     committer.gate = asyncio.Event()
-    commit = asyncio.create_task(Checkpoints(committer, 60).commit([a, b, c]))
+    commit = asyncio.create_task(CommitCycle(committer, 60).commit([a, b, c]))
     await asyncio.wait_for(committer.entered.wait(), 5)  # b failed by now; the others are in step 2
     finished, _ = await asyncio.wait([commit], timeout=0.05)
     assert not finished  # b's failure waits until the others' step 2 is done
@@ -162,7 +162,7 @@ async def test_a_failing_flush_keeps_its_task_out_and_the_others_commit_before_i
         await commit
 
     # Raised only once the others' commits are complete.
-    assert [c.task for checkpoints in committer.checkpoints for c in checkpoints] == [a, c]
+    assert [c.task for task_commits in committer.task_commits for c in task_commits] == [a, c]
     assert "a flush stores" in log and "c flush stores" in log
     assert "b log changes" not in log and "b flush stores" not in log
 
@@ -174,7 +174,7 @@ async def test_a_task_processes_during_step_2_only_when_its_committer_does_not_c
     committer = RecordingCommitter(log, in_turn)
     committer.gate = asyncio.Event()
     actor = asyncio.create_task(task.run())
-    commit = asyncio.create_task(Checkpoints(committer, 60).commit([task]))
+    commit = asyncio.create_task(CommitCycle(committer, 60).commit([task]))
     await committer.entered.wait()
 
     task.enqueue(TP, [raw(0, b"{}")])
@@ -196,11 +196,11 @@ async def test_the_timer_commits_until_stopped_and_a_commit_in_progress_finishes
     task = running_task("a", log)
     committer = RecordingCommitter(log, commits_in_turn=True)
     committer.gate = asyncio.Event()
-    checkpoints = Checkpoints(committer, 0.001)
-    timer = asyncio.create_task(checkpoints.commit_periodically(lambda: [task]))
+    commit_cycle = CommitCycle(committer, 0.001)
+    timer = asyncio.create_task(commit_cycle.commit_periodically(lambda: [task]))
     await committer.entered.wait()
 
-    checkpoints.stop_timer()
+    commit_cycle.stop_timer()
     committer.gate.set()
     await asyncio.wait_for(timer, 5)  # a bound on a hang only
 
@@ -210,8 +210,8 @@ async def test_the_timer_commits_until_stopped_and_a_commit_in_progress_finishes
 
 
 async def test_a_timer_stopped_between_commits_returns_without_waiting_for_its_interval() -> None:
-    checkpoints = Checkpoints(RecordingCommitter([], commits_in_turn=False), 3600)
-    timer = asyncio.create_task(checkpoints.commit_periodically(list))
+    commit_cycle = CommitCycle(RecordingCommitter([], commits_in_turn=False), 3600)
+    timer = asyncio.create_task(commit_cycle.commit_periodically(list))
 
-    checkpoints.stop_timer()
+    commit_cycle.stop_timer()
     await asyncio.wait_for(timer, 5)  # a bound on a hang only: it returns at once

@@ -30,7 +30,7 @@ from bench.stats import median, run_directory, write_result
 from processors import Context, Processor, Record
 from processors.stores import ReadOnlyStore, SessionStore, WindowStore
 from runtime.testkit import AppDriver
-from stores import KeyValueStore, open_backend
+from stores import BufferedKeyValueStore, open_backend
 from stores.serdes import resolve_serde
 
 EXAMPLES = sorted(Path("examples").glob("*/app.yaml"))
@@ -51,7 +51,7 @@ class KeepingContext(Context):
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, Any, Any]] = []
-        self._store = KeyValueStore(open_backend("memory"), resolve_serde("msgpack"), resolve_serde("msgpack"))
+        self._store = BufferedKeyValueStore(open_backend("memory"), resolve_serde("msgpack"), resolve_serde("msgpack"))
 
     app_id = processor_name = "bench"
     partition = 0
@@ -62,7 +62,7 @@ class KeepingContext(Context):
              timestamp: int | None = None) -> None:  # fmt: skip
         self.sent.append((topic, key, value))
 
-    def store(self, name: str) -> KeyValueStore:
+    def store(self, name: str) -> BufferedKeyValueStore:
         return self._store
 
     def window_store(self, name: str) -> WindowStore:

@@ -23,7 +23,7 @@ from typing import Any
 
 from bench.app import disk_usage
 from bench.stats import median, run_directory, write_result
-from stores import KeyValueStore, RocksDBBackend, SessionStore, WindowStore
+from stores import BufferedKeyValueStore, RocksDBBackend, SessionView, WindowView
 from stores.serdes import RawSerde, StrSerde
 
 MB = 1024 * 1024
@@ -53,8 +53,8 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def raw_store(path: Path) -> KeyValueStore:
-    return KeyValueStore(RocksDBBackend(path), RawSerde(), RawSerde(), name="bench", changelog=True)
+def raw_store(path: Path) -> BufferedKeyValueStore:
+    return BufferedKeyValueStore(RocksDBBackend(path), RawSerde(), RawSerde(), name="bench", changelog=True)
 
 
 def names(keys: int) -> list[str]:
@@ -64,7 +64,7 @@ def names(keys: int) -> list[str]:
 def long_run(args: argparse.Namespace, directory: Path) -> list[Sample]:
     """The tumbling count over `--records` records, sampling the store's size as stream time moves on."""
     raw = raw_store(directory / "long-run")
-    windows = WindowStore(raw, args.window_ms + args.grace_ms, StrSerde())
+    windows = WindowView(raw, args.window_ms + args.grace_ms, StrSerde())
     keys, size, step = names(args.keys), args.window_ms, args.ms_per_record
     sample_every = max(args.records // args.samples, args.commit_every)
     samples, changelog_records = [], 0
@@ -98,7 +98,7 @@ def per_update(args: argparse.Namespace, directory: Path, run: int) -> dict[str,
     retention = size + args.grace_ms
     figures: dict[str, float] = {}
 
-    def timed(name: str, store: KeyValueStore, update: Callable[[int], Any]) -> None:
+    def timed(name: str, store: BufferedKeyValueStore, update: Callable[[int], Any]) -> None:
         started = time.perf_counter()
         for op in range(ops):
             update(op)
@@ -110,7 +110,7 @@ def per_update(args: argparse.Namespace, directory: Path, run: int) -> dict[str,
 
     # Stream time stays inside the first window: every update after the first of a key finds its window.
     raw = raw_store(directory / f"windows-{run}")
-    windows = WindowStore(raw, retention, StrSerde())
+    windows = WindowView(raw, retention, StrSerde())
     windows.advance(0)
     timed(
         "window get+put",
@@ -119,7 +119,7 @@ def per_update(args: argparse.Namespace, directory: Path, run: int) -> dict[str,
     )
 
     raw = raw_store(directory / f"advancing-{run}")
-    advancing = WindowStore(raw, retention, StrSerde())
+    advancing = WindowView(raw, retention, StrSerde())
 
     def advance_get_put(op: int) -> None:
         timestamp, key = op * args.ms_per_record, keys[op % args.keys]
@@ -130,7 +130,7 @@ def per_update(args: argparse.Namespace, directory: Path, run: int) -> dict[str,
     timed("window advance+get+put", raw, advance_get_put)
 
     raw = raw_store(directory / f"sessions-{run}")
-    sessions = SessionStore(raw, retention, StrSerde())
+    sessions = SessionView(raw, retention, StrSerde())
 
     def find_put(op: int) -> None:
         timestamp, key = op * args.ms_per_record, keys[op % args.keys]
@@ -143,7 +143,9 @@ def per_update(args: argparse.Namespace, directory: Path, run: int) -> dict[str,
 
     timed("session advance+find+put", raw, find_put)
 
-    plain = KeyValueStore(RocksDBBackend(directory / f"key-value-{run}"), StrSerde(), name="bench", changelog=True)
+    plain = BufferedKeyValueStore(
+        RocksDBBackend(directory / f"key-value-{run}"), StrSerde(), name="bench", changelog=True
+    )
     timed(
         "key-value get+put", plain, lambda op: plain.put(keys[op % args.keys], plain.get(keys[op % args.keys], 0) + 1)
     )

@@ -8,36 +8,36 @@ from typing import Literal
 from stores.backend import Backend, Change
 from stores.errors import StoreCorrupted, StoreError, StoreLocked, StoreWriteFailed
 from stores.memory import MemoryBackend
-from stores.read_only import ReadOnlyStore
+from stores.read_only import ReadOnlyView
 from stores.rocksdb import RocksDBBackend, wipe
-from stores.sessions import SessionStore
-from stores.store import KeyValueStore
-from stores.windows import WindowStore
-from stores.windows_by_time import WindowByTimeStore
+from stores.sessions import SessionView
+from stores.store import BufferedKeyValueStore
+from stores.windows import WindowView
+from stores.windows_by_time import WindowByTimeView
 
 __all__ = [
     "TIME_VIEWS",
     "Backend",
+    "BufferedKeyValueStore",
     "Change",
-    "KeyValueStore",
     "MemoryBackend",
-    "ReadOnlyStore",
+    "ReadOnlyView",
     "RocksDBBackend",
-    "SessionStore",
+    "SessionView",
     "StoreCorrupted",
     "StoreError",
     "StoreLocked",
     "StoreWriteFailed",
-    "WindowByTimeStore",
-    "WindowStore",
+    "WindowByTimeView",
+    "WindowView",
     "open_backend",
     "wipe",
 ]
 
-TIME_VIEWS: dict[str, type[WindowStore | SessionStore]] = {
-    "window": WindowStore,
-    "window_by_time": WindowByTimeStore,
-    "session": SessionStore,
+TIME_VIEWS: dict[str, type[WindowView | SessionView]] = {
+    "window": WindowView,
+    "window_by_time": WindowByTimeView,
+    "session": SessionView,
 }
 """The view a store of each kind in time is read and written through, over its store of bytes."""
 

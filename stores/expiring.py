@@ -19,14 +19,14 @@ from stores.errors import StoreError
 from stores.layout import MIN_TIME, STREAM_TIME, STREAM_TIME_KEY, WINDOW_BY_TIME, StoreKind, time_range
 from stores.ranges import prefix_end
 from stores.serdes import resolve_serde
-from stores.store import KeyValueStore
+from stores.store import BufferedKeyValueStore
 
 EXPIRY_STEPS = 8
 """Expiry scans per retention period."""
 
 
 class ExpiringStore:
-    """A view over a bytes-keyed `KeyValueStore`, which keeps doing the buffering, changelog and restore.
+    """A view over a bytes-keyed `BufferedKeyValueStore`, which keeps doing the buffering, changelog and restore.
 
     `kind` names the store kind it serves, `_foreign_tags` the range of tags its layout never writes.
     `by_time` is the tag of the keys in time order (stores/layout.py): a time index, whose keys name
@@ -38,7 +38,7 @@ class ExpiringStore:
 
     def __init__(
         self,
-        store: KeyValueStore,
+        store: BufferedKeyValueStore,
         retention_ms: int,
         key_serde: Serde | None,
         value_serde: Serde | None,

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from stores.store import KeyValueStore
+from stores.store import BufferedKeyValueStore
 
 
-class ReadOnlyStore:
+class ReadOnlyView:
     """A view of a store without `put` and `delete`: only the runtime writes what it mirrors."""
 
-    def __init__(self, store: KeyValueStore):
+    def __init__(self, store: BufferedKeyValueStore):
         self._store = store
 
     @property

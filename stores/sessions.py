@@ -1,6 +1,6 @@
 """The session store a processor gets from `ctx.session_store(name)`: values by (key, start, end).
 
-A view over a bytes-keyed `KeyValueStore`, as the window store is (stores/windows.py); a key's
+A view over a bytes-keyed `BufferedKeyValueStore`, as the window store is (stores/windows.py); a key's
 sessions are one range in end order, so `find` is one range scan.
 """
 
@@ -22,14 +22,14 @@ from stores.layout import (
     time_at,
     time_range,
 )
-from stores.store import KeyValueStore
+from stores.store import BufferedKeyValueStore
 
 
 def _entry_of_index(index: bytes) -> bytes:
     return session_entry(*session_of_index(index))
 
 
-class SessionStore(ExpiringStore):
+class SessionView(ExpiringStore):
     """Sessions that end before `stream_time - retention_ms` have expired: reads skip them, a `put`
     of one is refused, and `advance` removes them.
 
@@ -41,7 +41,7 @@ class SessionStore(ExpiringStore):
 
     def __init__(
         self,
-        store: KeyValueStore,
+        store: BufferedKeyValueStore,
         retention_ms: int,
         key_serde: Serde | None = None,
         value_serde: Serde | None = None,

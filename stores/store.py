@@ -28,7 +28,7 @@ ENTRY_BYTES = 170
 entries in the pending buffer and the changelog's (measured: 200 bytes a write of 14 + 5 bytes)."""
 
 
-class KeyValueStore:
+class BufferedKeyValueStore:
     """Keys and values go through the store's serdes (msgpack unless configured).
 
     Range and prefix reads follow the order of the encoded key bytes. That is the natural order

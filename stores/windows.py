@@ -1,6 +1,6 @@
 """The window store a processor gets from `ctx.window_store(name)`: values by (key, window start).
 
-A view over a bytes-keyed `KeyValueStore` (stores/layout.py says how the entries are laid out), so
+A view over a bytes-keyed `BufferedKeyValueStore` (stores/layout.py says how the entries are laid out), so
 writes are buffered until the commit, read back at once, logged and restored as that store's are.
 """
 
@@ -22,14 +22,14 @@ from stores.layout import (
     window_index,
     window_of_index,
 )
-from stores.store import KeyValueStore
+from stores.store import BufferedKeyValueStore
 
 # Keys that cannot change between two calls: only these are recognised by identity (`_address`).
 _IMMUTABLE_KEYS = frozenset({str, bytes, int, float, bool, type(None)})
 _NO_KEY = object()
 
 
-class WindowStore(ExpiringStore):
+class WindowView(ExpiringStore):
     """Windows that start before `stream_time - retention_ms` have expired: reads skip them, a `put`
     into one is refused, and `advance` removes them.
 
@@ -46,7 +46,7 @@ class WindowStore(ExpiringStore):
 
     def __init__(
         self,
-        store: KeyValueStore,
+        store: BufferedKeyValueStore,
         retention_ms: int,
         key_serde: Serde | None = None,
         value_serde: Serde | None = None,

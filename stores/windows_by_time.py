@@ -13,11 +13,11 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from stores.layout import ENTRY, WINDOW_BY_TIME, time_range, window_by_time, window_of_index
-from stores.windows import WindowStore
+from stores.windows import WindowView
 
 
-class WindowByTimeStore(WindowStore):
-    """A `WindowStore` whose `fetch` (a key's windows over a range) is refused: nothing orders a key's
+class WindowByTimeView(WindowView):
+    """A `WindowView` whose `fetch` (a key's windows over a range) is refused: nothing orders a key's
     windows together. `fetch_all` yields the windows and values as they are when it is called."""
 
     _entry = staticmethod(window_by_time)

@@ -17,9 +17,9 @@ from runtime.kafka.outputs import Outputs
 from runtime.task.failures import FailureHandler, Stage
 from stores import (
     Backend,
+    BufferedKeyValueStore,
     Change,
-    KeyValueStore,
-    ReadOnlyStore,
+    ReadOnlyView,
     RocksDBBackend,
     StoreCorrupted,
     StoreLocked,
@@ -73,9 +73,9 @@ class GlobalStore:
         self.failure_count = 0
         self.applied = 0
         self._maker = ChangeMaker.configured(spec.key_serde, spec.value_serde, spec.updater)
-        self._store = KeyValueStore(backend, self._maker.keys, self._maker.values, name=name)
+        self._store = BufferedKeyValueStore(backend, self._maker.keys, self._maker.values, name=name)
         self._on_failures = on_failures
-        self.view = ReadOnlyStore(self._store)
+        self.view = ReadOnlyView(self._store)
 
     @classmethod
     def open(cls, config: AppConfig, name: str, on_failures: OnFailures) -> GlobalStore:

@@ -27,7 +27,7 @@ from runtime.global_stores.store import GlobalStore, dead_letter_handler, set_as
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.outputs import Outputs
 from runtime.task.failures import FailureHandler
-from stores import ReadOnlyStore, RocksDBBackend
+from stores import ReadOnlyView, RocksDBBackend
 from stores.snapshot import SnapshotError, SnapshotMismatch, ingest_whole, validate
 from stores.snapshot_location import newest_snapshot
 
@@ -64,7 +64,7 @@ class GlobalStores:
         self.bootstrap_seconds: float | None = None
 
     @property
-    def views(self) -> Mapping[str, ReadOnlyStore]:
+    def views(self) -> Mapping[str, ReadOnlyView]:
         return {name: store.view for name, store in self._stores.items()}
 
     def positions(self) -> dict[tuple[str, int], tuple[int, int]]:

@@ -19,12 +19,12 @@ from runtime.state.store_buffers import StoreBuffers
 from stores import (
     TIME_VIEWS,
     Backend,
-    KeyValueStore,
-    SessionStore,
+    BufferedKeyValueStore,
+    SessionView,
     StoreCorrupted,
     StoreError,
     StoreLocked,
-    WindowStore,
+    WindowView,
     open_backend,
     wipe,
 )
@@ -40,8 +40,8 @@ class TaskStore:
     name: str
     spec: StoreConfig
     path: Path
-    store: KeyValueStore  # of a window or session store, the bytes under `view`
-    view: WindowStore | SessionStore | None  # what a processor reads a window or session store through
+    store: BufferedKeyValueStore  # of a window or session store, the bytes under `view`
+    view: WindowView | SessionView | None  # what a processor reads a window or session store through
     backend: Backend  # the store's own, for loading snapshots into
     changelog: TopicPartition | None
     snapshots: SnapshotsConfig | None
@@ -96,19 +96,19 @@ class TaskState:
         spec = StoreConfig(backend=table.backend, changelog=False)
         backend = await self._backend(name, table.backend, path)
         keys, values = self._topic_serdes[table.topic]
-        store = KeyValueStore(backend, keys, values, name=name, changelog=False)
+        store = BufferedKeyValueStore(backend, keys, values, name=name, changelog=False)
         changelog = TopicPartition(table.topic, self.partition)
         return TaskStore(name, spec, path, store, None, backend, changelog, None, mirrors_input=True)
 
     def _built(
         self, name: str, spec: StoreConfig, backend: Backend, changelog: TopicPartition | None
-    ) -> tuple[KeyValueStore, WindowStore | SessionStore | None]:
+    ) -> tuple[BufferedKeyValueStore, WindowView | SessionView | None]:
         keys, values = resolve_serde(spec.key_serde), resolve_serde(spec.value_serde)
         logged = changelog is not None
         if spec.kind == "key_value":
-            return KeyValueStore(backend, keys, values, name=name, changelog=logged), None
+            return BufferedKeyValueStore(backend, keys, values, name=name, changelog=logged), None
         # A view over a store of bytes, which its changelog, restore and snapshots handle as any other.
-        store = KeyValueStore(backend, RawSerde(), RawSerde(), name=name, changelog=logged)
+        store = BufferedKeyValueStore(backend, RawSerde(), RawSerde(), name=name, changelog=logged)
         assert spec.retention_ms is not None  # the config requires it of these kinds
         return store, TIME_VIEWS[spec.kind](store, spec.retention_ms, keys, values)
 

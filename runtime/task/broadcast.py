@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runtime.config import QueueConfig
-from stores import KeyValueStore
+from stores import BufferedKeyValueStore
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,9 @@ class BroadcastSource:
     from_latest: bool  # `auto_offset_reset: latest`: a partition with no position starts at its end
     exact: bool  # exactly-once: a commit writes its own positions, not those of the commit before
 
-    def reader(self, topics: Sequence[str], positions: Callable[[], KeyValueStore], client_id: str) -> BroadcastReader:
+    def reader(
+        self, topics: Sequence[str], positions: Callable[[], BufferedKeyValueStore], client_id: str
+    ) -> BroadcastReader:
         """A task's reader of `topics`; `positions` gives the task's positions store once it is open."""
         partitions = [TopicPartition(topic, p) for topic in topics for p in range(self.partitions[topic])]
         return BroadcastReader(partitions, positions, lambda: self.new_consumer(client_id), self.bounds,
@@ -68,7 +70,7 @@ class BroadcastReader:
     def __init__(
         self,
         partitions: Sequence[TopicPartition],
-        positions: Callable[[], KeyValueStore],
+        positions: Callable[[], BufferedKeyValueStore],
         new_consumer: Callable[[], AIOKafkaConsumer],
         bounds: QueueConfig,
         from_latest: bool,

@@ -15,7 +15,7 @@ from runtime.state.task_state import TaskState, TaskStore
 from runtime.task.clock import SYSTEM_CLOCK, Clock
 from runtime.telemetry.trace_headers import TRACEPARENT_CLASS, UNTRACED_CLASS, OutputContext, fields_of
 from runtime.telemetry.tracing import with_fields
-from stores import KeyValueStore, ReadOnlyStore, SessionStore, WindowStore
+from stores import BufferedKeyValueStore, ReadOnlyView, SessionView, WindowView
 
 NEVER = 1 << 63  # a stream time no record reaches: when the next stream-time punctuation is due if none is
 TopicSerdes = Mapping[str, tuple[Serde, Serde]]
@@ -66,7 +66,7 @@ class TaskContext(Context):
     _params: Mapping[str, Any]
     _outputs_allowed: frozenset[str]
     _serdes: TopicSerdes
-    _global_stores: Mapping[str, ReadOnlyStore]
+    _global_stores: Mapping[str, ReadOnlyView]
     _state: TaskState | None = None
     _limits: Limits = field(default_factory=dict)
     _counters: Counters = field(default_factory=Counters)  # the worker's, which `count` adds to
@@ -205,21 +205,21 @@ class TaskContext(Context):
             check_record(topic, key_bytes, value_bytes, carried, limits)
         self.pending.append((topic, key_bytes, value_bytes, carried, timestamp, self.source, self._processor_name))
 
-    def store(self, name: str) -> KeyValueStore:
+    def store(self, name: str) -> BufferedKeyValueStore:
         entry = self._declared(name)
         if entry.view is not None:
             raise self._other_kind(entry, "store")
         return entry.store
 
-    def window_store(self, name: str) -> WindowStore:
+    def window_store(self, name: str) -> WindowView:
         entry = self._declared(name)
-        if not isinstance(entry.view, WindowStore):
+        if not isinstance(entry.view, WindowView):
             raise self._other_kind(entry, "window_store")
         return entry.view
 
-    def session_store(self, name: str) -> SessionStore:
+    def session_store(self, name: str) -> SessionView:
         entry = self._declared(name)
-        if not isinstance(entry.view, SessionStore):
+        if not isinstance(entry.view, SessionView):
             raise self._other_kind(entry, "session_store")
         return entry.view
 
@@ -237,14 +237,14 @@ class TaskContext(Context):
             f"store, which ctx.{_READ_WITH[kind]}('{entry.name}') hands out"
         )
 
-    def table(self, name: str) -> ReadOnlyStore:
+    def table(self, name: str) -> ReadOnlyView:
         entry = self._state.stores.get(name) if self._state is not None else None
         if entry is None or not entry.mirrors_input:
             tables = sorted(n for n, e in self._state.stores.items() if e.mirrors_input) if self._state else []
             raise KeyError(f"processor '{self._processor_name}' has no table '{name}' (it has {tables})")
-        return ReadOnlyStore(entry.store)
+        return ReadOnlyView(entry.store)
 
-    def global_store(self, name: str) -> ReadOnlyStore:
+    def global_store(self, name: str) -> ReadOnlyView:
         store = self._global_stores.get(name)
         if store is None:
             raise KeyError(f"there is no global store '{name}' (the app has {sorted(self._global_stores)})")

@@ -53,7 +53,7 @@ from runtime.task.punctuations import Punctuations
 from runtime.task.record_loop import RecordLoop, settle
 from runtime.task.timestamp_order import EventTimeOf, InputQueue, TimestampOrder
 from runtime.telemetry import Telemetry
-from stores import ReadOnlyStore
+from stores import ReadOnlyView
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class TaskServices:
     failures: FailureHandler
     counters: Counters
     serdes: TopicSerdes
-    global_stores: Mapping[str, ReadOnlyStore]
+    global_stores: Mapping[str, ReadOnlyView]
     telemetry: Telemetry
     on_dequeue: Callable[[Task], None]
     commit_before_processing: CommitBeforeProcessing | None  # at-most-once only

@@ -58,7 +58,7 @@ from runtime.testkit.commits import MemoryCommits
 from runtime.testkit.records import DeadLetter, TopicRecord
 from runtime.testkit.topics import DEFAULT_BATCH_SIZE, MemoryProducer, Topics
 from runtime.worker.assignment import build_task, construct
-from stores import KeyValueStore, ReadOnlyStore, SessionStore, WindowStore
+from stores import BufferedKeyValueStore, ReadOnlyView, SessionView, WindowView
 from stores.partitioner import partition_for
 
 MAX_ROUNDS = 10_000
@@ -293,21 +293,21 @@ class AppDriver:
         """The partition of `topic` a record with `key` goes to (and so the task that reads it)."""
         return partition_for(self._serdes_of(topic)[0].serialize(key), self.topics.partitions(topic))
 
-    def store(self, name: str, partition: int = 0) -> KeyValueStore:
+    def store(self, name: str, partition: int = 0) -> BufferedKeyValueStore:
         """A key-value store of the task of `partition`, as its processor reads it; writes to it are the
         task's (logged to the changelog at the next commit)."""
         return self._task_of_store(name, partition).context.store(name)
 
-    def window_store(self, name: str, partition: int = 0) -> WindowStore:
+    def window_store(self, name: str, partition: int = 0) -> WindowView:
         return self._task_of_store(name, partition).context.window_store(name)
 
-    def session_store(self, name: str, partition: int = 0) -> SessionStore:
+    def session_store(self, name: str, partition: int = 0) -> SessionView:
         return self._task_of_store(name, partition).context.session_store(name)
 
-    def table(self, name: str, partition: int = 0) -> ReadOnlyStore:
+    def table(self, name: str, partition: int = 0) -> ReadOnlyView:
         return self._task_of_store(name, partition).context.table(name)
 
-    def global_store(self, name: str) -> ReadOnlyStore:
+    def global_store(self, name: str) -> ReadOnlyView:
         """A global store, as every task reads it: pipe its topic's records to fill it."""
         if name not in self._global_stores:
             raise KeyError(f"there is no global store '{name}' (the app has {sorted(self._global_stores)})")

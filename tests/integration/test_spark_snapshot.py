@@ -13,7 +13,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from runtime.worker.worker import Worker
-from stores import KeyValueStore, ReadOnlyStore
+from stores import BufferedKeyValueStore, ReadOnlyView
 from stores.partitioner import partition_for
 from stores.rocksdb import RocksDBBackend
 from stores.serdes import JsonSerde, StrSerde
@@ -254,8 +254,8 @@ def test_a_global_store_starts_from_a_database_dump_and_reads_only_newer_rows(
     expected.update({f"T{n:06d}": acquirer_of(n) for n in range(5_000, 5_010)})
     for n in range(300, 310):
         del expected[f"T{n:06d}"]
-    view = ReadOnlyStore(KeyValueStore(RocksDBBackend(tmp_path / "state" / names.app / "global" / GLOBAL_STORE / "0"),
-                                       StrSerde(), JsonSerde()))  # fmt: skip
+    backend = RocksDBBackend(tmp_path / "state" / names.app / "global" / GLOBAL_STORE / "0")
+    view = ReadOnlyView(BufferedKeyValueStore(backend, StrSerde(), JsonSerde()))
     assert dict(view.range()) == expected
 
 

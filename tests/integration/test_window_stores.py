@@ -17,7 +17,7 @@ import pytest
 
 from runtime.config import parse_app
 from runtime.worker.worker import Worker, WorkerFailed
-from stores import KeyValueStore, RocksDBBackend, SessionStore, WindowByTimeStore, WindowStore
+from stores import BufferedKeyValueStore, RocksDBBackend, SessionView, WindowByTimeView, WindowView
 from stores.expiring import EXPIRY_STEPS
 from stores.layout import INDEX, MAX_TIME, MIN_TIME, WINDOW_BY_TIME, session_of_index, window_of_index
 from stores.partitioner import partition_for
@@ -86,25 +86,25 @@ class Kind:
     store: str
     processor: str
     params: dict[str, int]
-    view: Callable[[KeyValueStore], WindowStore | SessionStore]
+    view: Callable[[BufferedKeyValueStore], WindowView | SessionView]
     expected: Callable[[list[tuple[str, int]]], tuple[Entries, int]]
     expires_by: Callable[[bytes], int]  # the time in a key of `by_time` that expiry goes by
     by_time: bytes = INDEX  # the tag of the keys in time order
 
 
-def window_contents(view: WindowStore | SessionStore) -> Entries:
+def window_contents(view: WindowView | SessionView) -> Entries:
     return {tuple(entry[:-1]): entry[-1] for entry in view.fetch_all(MIN_TIME, MAX_TIME)}
 
 
 KINDS = {
     "window": Kind("windows", "tests.support.apps:CountPerWindow", {"size_ms": SIZE_MS},
-                   lambda raw: WindowStore(raw, RETENTION_MS, StrSerde()), expected_windows,
+                   lambda raw: WindowView(raw, RETENTION_MS, StrSerde()), expected_windows,
                    lambda index: window_of_index(index)[1]),
     "window_by_time": Kind("windows", "tests.support.apps:CountPerWindow", {"size_ms": SIZE_MS},
-                           lambda raw: WindowByTimeStore(raw, RETENTION_MS, StrSerde()), expected_windows,
+                           lambda raw: WindowByTimeView(raw, RETENTION_MS, StrSerde()), expected_windows,
                            lambda entry: window_of_index(entry)[1], WINDOW_BY_TIME),
     "session": Kind("sessions", "tests.support.apps:CountPerSession", {"gap_ms": GAP_MS},
-                    lambda raw: SessionStore(raw, RETENTION_MS, StrSerde()), expected_sessions,
+                    lambda raw: SessionView(raw, RETENTION_MS, StrSerde()), expected_sessions,
                     lambda index: session_of_index(index)[2]),
 }  # fmt: skip
 
@@ -139,7 +139,7 @@ def stored(kind: str, state_dir: Path, app_id: str) -> dict[int, Stored]:
     for partition in range(PARTITIONS):
         backend = RocksDBBackend(state_dir / app_id / spec.store / str(partition))
         try:
-            view = spec.view(KeyValueStore(backend, BytesSerde(), BytesSerde()))
+            view = spec.view(BufferedKeyValueStore(backend, BytesSerde(), BytesSerde()))
             found[partition] = Stored(
                 list(backend.items()), backend.changelog_offset(), window_contents(view), view.stream_time
             )

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from processors import Context, Processor
 from processors.context import Punctuation, PunctuationTime
-from stores import TIME_VIEWS, KeyValueStore, MemoryBackend, ReadOnlyStore, SessionStore, WindowStore
+from stores import TIME_VIEWS, BufferedKeyValueStore, MemoryBackend, ReadOnlyView, SessionView, WindowView
 from stores.serdes import BytesSerde
 
 
@@ -29,12 +29,12 @@ class WindowContext(Context):
         self._params = params
         self.sent: list[Sent] = []
         self.counts: Counter[str] = Counter()
-        self.windows: dict[str, WindowStore] = {}
-        self.sessions: dict[str, SessionStore] = {}
+        self.windows: dict[str, WindowView] = {}
+        self.sessions: dict[str, SessionView] = {}
         for store, spec in stores.items():
-            underlying = KeyValueStore(MemoryBackend(), BytesSerde(), BytesSerde(), name=store)
+            underlying = BufferedKeyValueStore(MemoryBackend(), BytesSerde(), BytesSerde(), name=store)
             view = TIME_VIEWS[spec["kind"]](underlying, int(spec["retention_ms"]))
-            if isinstance(view, WindowStore):
+            if isinstance(view, WindowView):
                 self.windows[store] = view
             else:
                 self.sessions[store] = view
@@ -71,16 +71,16 @@ class WindowContext(Context):
     ) -> None:
         self.sent.append(Sent(topic, key, value, tuple(headers or ()), timestamp))
 
-    def store(self, name: str) -> KeyValueStore:
+    def store(self, name: str) -> BufferedKeyValueStore:
         raise AssertionError("window processors keep no key-value store")
 
-    def window_store(self, name: str) -> WindowStore:
+    def window_store(self, name: str) -> WindowView:
         return self.windows[name]
 
-    def session_store(self, name: str) -> SessionStore:
+    def session_store(self, name: str) -> SessionView:
         return self.sessions[name]
 
-    def global_store(self, name: str) -> ReadOnlyStore:
+    def global_store(self, name: str) -> ReadOnlyView:
         raise AssertionError("window processors read no global store")
 
     @property

@@ -11,7 +11,7 @@ from typing import get_type_hints
 
 import processors
 from processors import Context
-from stores import KeyValueStore, MemoryBackend, ReadOnlyStore, SessionStore, WindowStore
+from stores import BufferedKeyValueStore, MemoryBackend, ReadOnlyView, SessionView, WindowView
 from stores.serdes import BytesSerde
 
 PROCESSORS = Path(processors.__file__).parent
@@ -45,8 +45,8 @@ def test_the_context_hands_out_the_apis_stores_which_the_engines_are() -> None:
     assert get_type_hints(Context.global_store)["return"] is processors.ReadOnlyStore
     # The annotations are the proof that the engine's classes are such stores (mypy checks them
     # against the protocols); the calls show the interfaces' methods reach the store.
-    store: processors.KeyValueStore = KeyValueStore(MemoryBackend(), name="totals")
-    view: processors.ReadOnlyStore = ReadOnlyStore(KeyValueStore(MemoryBackend(), name="terminals"))
+    store: processors.KeyValueStore = BufferedKeyValueStore(MemoryBackend(), name="totals")
+    view: processors.ReadOnlyStore = ReadOnlyView(BufferedKeyValueStore(MemoryBackend(), name="terminals"))
     read_side: processors.ReadOnlyStore = store
     store.put("a", 1)
     store.put("b", 2)
@@ -57,11 +57,11 @@ def test_the_context_hands_out_the_apis_stores_which_the_engines_are() -> None:
 
 
 def test_the_engines_window_and_session_stores_are_the_apis() -> None:
-    def raw(name: str) -> KeyValueStore:
-        return KeyValueStore(MemoryBackend(), BytesSerde(), BytesSerde(), name=name)
+    def raw(name: str) -> BufferedKeyValueStore:
+        return BufferedKeyValueStore(MemoryBackend(), BytesSerde(), BytesSerde(), name=name)
 
-    windows: processors.WindowStore = WindowStore(raw("per-minute"), 60_000)
-    sessions: processors.SessionStore = SessionStore(raw("visits"), 60_000)
+    windows: processors.WindowStore = WindowView(raw("per-minute"), 60_000)
+    sessions: processors.SessionStore = SessionView(raw("visits"), 60_000)
     assert (windows.name, windows.retention_ms, windows.advance(120_000), windows.stream_time) == (
         "per-minute", 60_000, 120_000, 120_000
     )  # fmt: skip

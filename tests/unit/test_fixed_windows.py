@@ -10,7 +10,7 @@ from processors.windows.aggregations import Count
 from processors.windows.definitions import Hopping, Tumbling, Window
 from processors.windows.fixed import FixedWindows
 from processors.windows.windowing import WindowResult
-from stores import KeyValueStore, MemoryBackend, WindowStore
+from stores import BufferedKeyValueStore, MemoryBackend, WindowView
 from stores.serdes import BytesSerde
 
 
@@ -22,9 +22,9 @@ def definitions(draw: st.DrawFn) -> Tumbling | Hopping:
     return Hopping(size, draw(st.integers(1, size)), grace)
 
 
-def fixed_windows(windows: Tumbling | Hopping, final: bool = True) -> tuple[FixedWindows, WindowStore]:
-    raw = KeyValueStore(MemoryBackend(), BytesSerde(), BytesSerde(), name="w")
-    store = WindowStore(raw, windows.retention_ms)
+def fixed_windows(windows: Tumbling | Hopping, final: bool = True) -> tuple[FixedWindows, WindowView]:
+    raw = BufferedKeyValueStore(MemoryBackend(), BytesSerde(), BytesSerde(), name="w")
+    store = WindowView(raw, windows.retention_ms)
     return FixedWindows(windows, Count(), store, final), store
 
 
@@ -76,8 +76,8 @@ def test_windows_close_once_each_when_the_stream_time_reaches_their_close_time(
 
 def test_windows_close_again_after_an_abort_took_the_stream_time_and_their_closing_back() -> None:
     tumbling = Tumbling(60_000)
-    raw = KeyValueStore(MemoryBackend(), BytesSerde(), BytesSerde(), name="w", changelog=True)
-    store = WindowStore(raw, tumbling.retention_ms)
+    raw = BufferedKeyValueStore(MemoryBackend(), BytesSerde(), BytesSerde(), name="w", changelog=True)
+    store = WindowView(raw, tumbling.retention_ms)
     fixed = FixedWindows(tumbling, Count(), store, True)
 
     def record(key: str, timestamp: int) -> list[tuple[str, int, int]]:

@@ -18,7 +18,7 @@ from examples.payments.totals import AccountTotals
 from processors import Context, Record
 from processors.context import Punctuation, PunctuationTime
 from runtime.config import SnapshotsConfig, load_app
-from stores import KeyValueStore, MemoryBackend, ReadOnlyStore, SessionStore, WindowStore
+from stores import BufferedKeyValueStore, MemoryBackend, ReadOnlyView, SessionView, WindowView
 from stores.partitioner import partition_for
 from stores.serdes import resolve_serde
 
@@ -26,7 +26,7 @@ from stores.serdes import resolve_serde
 class FakeContext(Context):
     """Collects what the processor sends; `stores` are what `store()` hands out."""
 
-    def __init__(self, params: Mapping[str, Any], stores: Mapping[str, KeyValueStore] | None = None) -> None:
+    def __init__(self, params: Mapping[str, Any], stores: Mapping[str, BufferedKeyValueStore] | None = None) -> None:
         self._params = params
         self._stores = stores or {}
         self.sent: list[tuple[str, Any, Any]] = []
@@ -61,18 +61,18 @@ class FakeContext(Context):
     ) -> None:
         self.sent.append((topic, key, value))
 
-    def store(self, name: str) -> KeyValueStore:
+    def store(self, name: str) -> BufferedKeyValueStore:
         if name not in self._stores:
             raise KeyError(f"no store '{name}' declared")
         return self._stores[name]
 
-    def window_store(self, name: str) -> WindowStore:
+    def window_store(self, name: str) -> WindowView:
         raise AssertionError("the payments processors keep no windows")
 
-    def session_store(self, name: str) -> SessionStore:
+    def session_store(self, name: str) -> SessionView:
         raise AssertionError("the payments processors keep no sessions")
 
-    def global_store(self, name: str) -> ReadOnlyStore:
+    def global_store(self, name: str) -> ReadOnlyView:
         raise AssertionError("the payments processors read no global store")
 
     def schedule(self, every_ms: int, callback: Punctuation, time: PunctuationTime = "wall_clock") -> None:
@@ -203,15 +203,15 @@ def test_the_demo_check_finds_missing_and_misplaced_payments() -> None:
 ACCOUNT, OTHER = "40817810000000000001", "40817810000000000002"
 
 
-def totals_store() -> KeyValueStore:
+def totals_store() -> BufferedKeyValueStore:
     """As the app YAML declares it: str keys, msgpack values (here in memory)."""
-    return KeyValueStore(MemoryBackend(), resolve_serde("str"), resolve_serde("msgpack"), name="account-totals")
+    return BufferedKeyValueStore(MemoryBackend(), resolve_serde("str"), resolve_serde("msgpack"), name="account-totals")
 
 
 class TotalsTask:
     """An AccountTotals task over `store`, fed records of payments-valid partition 0 as the runtime would."""
 
-    def __init__(self, store: KeyValueStore) -> None:
+    def __init__(self, store: BufferedKeyValueStore) -> None:
         self.store = store
         self.ctx = FakeContext({}, {"account-totals": store})
         self.processor = AccountTotals()
@@ -353,7 +353,7 @@ def test_opening_totals_are_of_the_accounts_the_payments_go_to_and_count_none_of
 
 
 def test_a_bootstrapped_account_goes_on_from_its_opening_totals() -> None:
-    store = KeyValueStore(MemoryBackend(), resolve_serde("str"), resolve_serde("msgpack"))
+    store = BufferedKeyValueStore(MemoryBackend(), resolve_serde("str"), resolve_serde("msgpack"))
     account, count, totals, offset = next(opening_totals(200, seed=3))
     store.put(account, {"count": count, "totals": totals, "offset": offset})
     ctx = FakeContext({}, {"account-totals": store})

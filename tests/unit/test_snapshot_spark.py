@@ -17,7 +17,7 @@ from stores.spark.__main__ import main
 from stores.spark.bootstrap import bootstrap, read_source
 from stores.spark.partitioning import place_and_sort
 from stores.spark.session import spark_session
-from stores.store import KeyValueStore
+from stores.store import BufferedKeyValueStore
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def test_bootstrap_from_parquet_serves_every_key(spark: Any, tmp_path: Path) -> 
         backend = RocksDBBackend(tmp_path / f"db-{partition}")
         try:
             assert ingest_partition(backend, tmp_path / "snap", read_manifest(tmp_path / "snap"), partition) == 0
-            store = KeyValueStore(backend, keys, resolve_serde("msgpack"))
+            store = BufferedKeyValueStore(backend, keys, resolve_serde("msgpack"))
             assert len(list(store.range())) == manifest.row_counts[partition]
             for key in expected:
                 if partition_for(keys.serialize(key), 4) == partition:

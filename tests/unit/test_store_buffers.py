@@ -11,11 +11,11 @@ import pytest
 from runtime.guarantees.commit import CommitCycle, Committed
 from runtime.state.store_buffers import StoreBuffers
 from stores.memory import MemoryBackend
-from stores.store import KeyValueStore
+from stores.store import BufferedKeyValueStore
 
 
 def test_the_estimate_of_a_buffer_is_near_what_it_takes() -> None:
-    store = KeyValueStore(MemoryBackend(), changelog=True)
+    store = BufferedKeyValueStore(MemoryBackend(), changelog=True)
     tracemalloc.start()
     try:
         for n in range(50_000):

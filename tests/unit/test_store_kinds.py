@@ -11,7 +11,7 @@ import pytest
 from runtime.config import parse_app
 from runtime.state.task_state import TaskState
 from runtime.task.context import TaskContext
-from stores import SessionStore, WindowStore
+from stores import SessionView, WindowView
 from stores.layout import window_entry
 from tests.support.engine_fakes import FakeOutputs
 
@@ -46,7 +46,7 @@ async def test_each_kind_is_handed_out_by_its_own_accessor(tmp_path: Path) -> No
     state, ctx = await opened(tmp_path)
     try:
         windows, sessions = ctx.window_store("per-minute"), ctx.session_store("visits")
-        assert isinstance(windows, WindowStore) and isinstance(sessions, SessionStore)
+        assert isinstance(windows, WindowView) and isinstance(sessions, SessionView)
         assert (windows.name, windows.retention_ms, sessions.retention_ms) == ("per-minute", 120_000, 1_800_000)
         ctx.store("counts").put("a", 1)
         windows.put("account-1", 60_000, {"sum": 5})

@@ -18,7 +18,7 @@ from rocksdict import Options, Rdict, SstFileWriter
 
 from stores import (
     Backend,
-    KeyValueStore,
+    BufferedKeyValueStore,
     MemoryBackend,
     RocksDBBackend,
     StoreCorrupted,
@@ -50,12 +50,12 @@ def new_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Back
         backend.close()
 
 
-def str_store(backend: Backend, **kwargs: Any) -> KeyValueStore:
-    return KeyValueStore(backend, key_serde=StrSerde(), **kwargs)
+def str_store(backend: Backend, **kwargs: Any) -> BufferedKeyValueStore:
+    return BufferedKeyValueStore(backend, key_serde=StrSerde(), **kwargs)
 
 
 def test_get_put_delete(new_backend: BackendFactory) -> None:
-    store = KeyValueStore(new_backend())
+    store = BufferedKeyValueStore(new_backend())
     assert store.get("a") is None
     assert store.get("a", 0) == 0
     store.put("a", {"n": 1})
@@ -97,7 +97,7 @@ def test_prefix_on_encoded_key_bytes(new_backend: BackendFactory) -> None:
 
 
 def test_prefix_ending_in_ff_bytes(new_backend: BackendFactory) -> None:
-    store = KeyValueStore(new_backend(), key_serde=BytesSerde())
+    store = BufferedKeyValueStore(new_backend(), key_serde=BytesSerde())
     for key in [b"a", b"a\xff", b"a\xff\x00", b"a\xff\xff", b"b", b"\xff", b"\xff\x01"]:
         store.put(key, 0)
     store.flush()
@@ -185,7 +185,7 @@ def test_discard_drops_only_unflushed_writes(new_backend: BackendFactory) -> Non
 
 
 def test_approximate_count(new_backend: BackendFactory) -> None:
-    store = KeyValueStore(new_backend())
+    store = BufferedKeyValueStore(new_backend())
     for i in range(5000):
         store.put(i, i)
     store.flush()
@@ -258,7 +258,7 @@ def open_in_another_process(path: Path) -> str:
 
 
 def filled_rocksdb(path: Path) -> None:
-    store = KeyValueStore(RocksDBBackend(path), key_serde=StrSerde(), value_serde=BytesSerde())
+    store = BufferedKeyValueStore(RocksDBBackend(path), key_serde=StrSerde(), value_serde=BytesSerde())
     for i in range(20_000):
         store.put(f"key-{i:06d}", bytes(range(100)))
     store.flush(20_000)
@@ -395,7 +395,7 @@ def test_changelog_restores_the_same_contents(
     """Replaying the logged changes into a fresh store, in any batches, rebuilds the writer's contents."""
     with tempfile.TemporaryDirectory() as directory:
         stream: list[tuple[bytes, bytes | None]] = []
-        writer = KeyValueStore(open_backend(kind, Path(directory, "w")), changelog=True)
+        writer = BufferedKeyValueStore(open_backend(kind, Path(directory, "w")), changelog=True)
         model: dict[bytes, Any] = {}
         for operation in operations:
             if operation[0] == "put":
@@ -413,7 +413,7 @@ def test_changelog_restores_the_same_contents(
         assert list(writer.range()) == expected
         stream.extend(writer.take_changes().items())
 
-        restored = KeyValueStore(open_backend(kind, Path(directory, "r")))
+        restored = BufferedKeyValueStore(open_backend(kind, Path(directory, "r")))
         cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=4)))
         for start, end in zip([0, *cuts], [*cuts, len(stream)], strict=True):
             restored.restore(stream[start:end], end)
@@ -429,7 +429,7 @@ def test_changelog_restores_the_same_contents(
         writer.flush(len(stream))
         writer.close()
         if kind == "rocksdb":
-            reopened = KeyValueStore(open_backend(kind, Path(directory, "w")))
+            reopened = BufferedKeyValueStore(open_backend(kind, Path(directory, "w")))
             assert list(reopened.range()) == expected
             assert reopened.changelog_offset() == len(stream)
             reopened.close()

@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from stores import (
-    KeyValueStore,
+    BufferedKeyValueStore,
     MemoryBackend,
-    SessionStore,
+    SessionView,
     StoreError,
-    WindowByTimeStore,
-    WindowStore,
+    WindowByTimeView,
+    WindowView,
     open_backend,
 )
 from stores.expiring import EXPIRY_STEPS
@@ -59,9 +59,11 @@ times = st.one_of(
 values = st.one_of(st.integers(-(2**63), 2**64 - 1), st.text(max_size=4), st.lists(st.integers(0, 9), max_size=3))
 
 
-def raw_store(kind: Kind, directory: Path, name: str) -> KeyValueStore:
+def raw_store(kind: Kind, directory: Path, name: str) -> BufferedKeyValueStore:
     """The bytes store under a view, as the runtime opens it."""
-    return KeyValueStore(open_backend(kind, directory / name), BytesSerde(), BytesSerde(), name=name, changelog=True)
+    return BufferedKeyValueStore(
+        open_backend(kind, directory / name), BytesSerde(), BytesSerde(), name=name, changelog=True
+    )
 
 
 class StoreMachine(RuleBasedStateMachine):
@@ -85,7 +87,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.restores = 0
 
     # What differs by kind.
-    def view(self, raw: KeyValueStore) -> Any:
+    def view(self, raw: BufferedKeyValueStore) -> Any:
         raise NotImplementedError
 
     def contents(self, store: Any) -> list[tuple[Any, ...]]:
@@ -181,10 +183,10 @@ class StoreMachine(RuleBasedStateMachine):
 
 
 class WindowMachine(StoreMachine):
-    def view(self, raw: KeyValueStore) -> WindowStore:
-        return WindowStore(raw, RETENTION, BytesSerde())
+    def view(self, raw: BufferedKeyValueStore) -> WindowView:
+        return WindowView(raw, RETENTION, BytesSerde())
 
-    def contents(self, store: WindowStore) -> list[tuple[Any, ...]]:
+    def contents(self, store: WindowView) -> list[tuple[Any, ...]]:
         return list(store.fetch_all(MIN_TIME, MAX_TIME))
 
     def expected(self, entries: dict[Address, Any]) -> list[tuple[Any, ...]]:
@@ -254,8 +256,8 @@ class WindowMachine(StoreMachine):
 class WindowByTimeMachine(WindowMachine):
     """The same model through a store laid out by time: no per-key range reads, one key per window."""
 
-    def view(self, raw: KeyValueStore) -> WindowByTimeStore:
-        return WindowByTimeStore(raw, RETENTION, BytesSerde())
+    def view(self, raw: BufferedKeyValueStore) -> WindowByTimeView:
+        return WindowByTimeView(raw, RETENTION, BytesSerde())
 
     def indexed(self) -> Iterator[tuple[bytes, int]]:
         return ((entry, window_of_index(entry)[1]) for entry, _ in self.raw.prefix(WINDOW_BY_TIME))
@@ -272,10 +274,10 @@ class WindowByTimeMachine(WindowMachine):
 
 
 class SessionMachine(StoreMachine):
-    def view(self, raw: KeyValueStore) -> SessionStore:
-        return SessionStore(raw, RETENTION, BytesSerde())
+    def view(self, raw: BufferedKeyValueStore) -> SessionView:
+        return SessionView(raw, RETENTION, BytesSerde())
 
-    def contents(self, store: SessionStore) -> list[tuple[Any, ...]]:
+    def contents(self, store: SessionView) -> list[tuple[Any, ...]]:
         return list(store.fetch_all(MIN_TIME, MAX_TIME))
 
     def expected(self, entries: dict[Address, Any]) -> list[tuple[Any, ...]]:
@@ -333,13 +335,13 @@ def test_store_shows_what_the_model_holds(machine: type[StoreMachine], kind: Kin
     run_state_machine_as_test(on_backend, settings=MACHINE_SETTINGS)
 
 
-def memory_store() -> KeyValueStore:
-    return KeyValueStore(MemoryBackend(), BytesSerde(), BytesSerde(), name="w", changelog=True)
+def memory_store() -> BufferedKeyValueStore:
+    return BufferedKeyValueStore(MemoryBackend(), BytesSerde(), BytesSerde(), name="w", changelog=True)
 
 
 def test_an_update_after_a_get_writes_only_the_window() -> None:
     raw = memory_store()
-    windows = WindowStore(raw, RETENTION)
+    windows = WindowView(raw, RETENTION)
     assert windows.get("k", 0) is None
     windows.put("k", 0, 1)
     assert len(raw.take_changes()) == 2, "a new window: its entry and its index entry"
@@ -353,7 +355,7 @@ def test_an_update_after_a_get_writes_only_the_window() -> None:
 
 def test_a_window_laid_out_by_time_is_one_key_from_its_first_write_to_its_deletion() -> None:
     raw = memory_store()
-    windows = WindowByTimeStore(raw, RETENTION)
+    windows = WindowByTimeView(raw, RETENTION)
     windows.put("k", 0, windows.get("k", 0, 0) + 1)
     windows.put("k", 0, windows.get("k", 0) + 1)
     windows.put("j", 0, 1)
@@ -368,21 +370,21 @@ def test_a_window_laid_out_by_time_is_one_key_from_its_first_write_to_its_deleti
 def test_a_store_holding_another_kinds_layout_is_refused() -> None:
     """A tumbling Aggregate's store written as kind window, then restored into kind window_by_time (or back)."""
     raw = memory_store()
-    WindowStore(raw, RETENTION).put("k", 0, 1)
-    WindowStore(raw, RETENTION).check_layout()
+    WindowView(raw, RETENTION).put("k", 0, 1)
+    WindowView(raw, RETENTION).check_layout()
     with pytest.raises(StoreError, match="store 'w' holds entries laid out for another kind than window_by_time"):
-        WindowByTimeStore(raw, RETENTION).check_layout()
+        WindowByTimeView(raw, RETENTION).check_layout()
     raw = memory_store()
-    WindowByTimeStore(raw, RETENTION).put("k", 0, 1)
-    WindowByTimeStore(raw, RETENTION).check_layout()
-    for other in (WindowStore, SessionStore):
+    WindowByTimeView(raw, RETENTION).put("k", 0, 1)
+    WindowByTimeView(raw, RETENTION).check_layout()
+    for other in (WindowView, SessionView):
         with pytest.raises(StoreError, match=f"another kind than {other.kind}.*--delete-state --delete-changelogs"):
             other(raw, RETENTION).check_layout()
 
 
 def test_a_session_found_and_written_back_writes_only_its_entry() -> None:
     raw = memory_store()
-    sessions = SessionStore(raw, RETENTION)
+    sessions = SessionView(raw, RETENTION)
     sessions.put("k", 0, 5, 1)
     raw.take_changes()
     [(start, end, count)] = sessions.find("k", 3, 3)
@@ -396,7 +398,7 @@ def test_a_session_found_and_written_back_writes_only_its_entry() -> None:
 
 def test_expired_windows_are_hidden_at_once_and_removed_every_eighth_of_the_retention() -> None:
     raw = memory_store()
-    windows = WindowStore(raw, 800)
+    windows = WindowView(raw, 800)
     windows.advance(1)
     windows.put("k", 0, "w")
     windows.put("k", 100, "w")
@@ -412,14 +414,14 @@ def test_expired_windows_are_hidden_at_once_and_removed_every_eighth_of_the_rete
 
 
 def test_default_serdes_are_msgpack_and_times_sort_as_numbers() -> None:
-    windows = WindowStore(memory_store(), RETENTION)
+    windows = WindowView(memory_store(), RETENTION)
     starts = [-(2**40), -300, -1, 0, 1, 255, 256, 2**40]
     windows.advance(2**40)
     for start in reversed(starts):
         windows.put(("account", 7), start, {"count": start})
     assert windows.stream_time == 2**40
     assert list(windows.fetch(("account", 7), MIN_TIME, MAX_TIME)) == [(2**40, {"count": 2**40})]  # the rest expired
-    lenient = WindowStore(memory_store(), 2**50)
+    lenient = WindowView(memory_store(), 2**50)
     for start in reversed(starts):
         lenient.put(("account", 7), start, {"count": start})
     assert list(lenient.fetch(("account", 7), MIN_TIME, MAX_TIME)) == [(start, {"count": start}) for start in starts]
@@ -434,9 +436,9 @@ def test_time_bytes_sort_as_the_times(times: list[int]) -> None:
 
 def test_retention_and_session_bounds_are_checked() -> None:
     with pytest.raises(ValueError, match="retention_ms must be positive"):
-        WindowStore(memory_store(), 0)
+        WindowView(memory_store(), 0)
     with pytest.raises(ValueError, match=r"cannot start \(5\) after it ends \(4\)"):
-        SessionStore(memory_store(), RETENTION).put("k", 5, 4, 1)
+        SessionView(memory_store(), RETENTION).put("k", 5, 4, 1)
 
 
 @given(key=st.binary(max_size=300), start=times)
@@ -449,7 +451,7 @@ def test_a_window_entry_and_its_index_entry_name_each_other(key: bytes, start: i
 
 def test_a_put_after_a_get_writes_under_the_key_as_it_is_then() -> None:
     """The key's bytes are reused from the `get` only for a key that cannot have changed since."""
-    windows = WindowStore(memory_store(), RETENTION)
+    windows = WindowView(memory_store(), RETENTION)
     key = ["a"]
     windows.get(key, 100)
     key[0] = "b"

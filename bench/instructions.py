@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ REVOKED = re.compile(r"'revocations': [1-9]")
 PARTITIONS = 6
 # Under cachegrind a run takes minutes: work on a clock (commits) would count many times over.
 COMMIT_INTERVAL_MS = 3_600_000
+SESSION_TIMEOUT_MS = 300_000
 
 
 def parse_args() -> argparse.Namespace:
@@ -90,6 +92,9 @@ def main() -> None:
                     processor_class="bench.processors:Transform",
                     extra={"commit_interval_ms": COMMIT_INTERVAL_MS, **({"telemetry": telemetry} if telemetry else {})},
                 )
+                # A run ~50x slower must not miss the group's heartbeats: a rebalance would count records twice.
+                kafka_section = {**spec.to_yaml()["kafka"], "consumer": {"session_timeout_ms": SESSION_TIMEOUT_MS}}
+                spec = replace(spec, extra={**spec.extra, "kafka": kafka_section})
                 counted[count] = instructions(spec, workdir)
             per_record[name] = (counted[args.records] - counted[args.small]) / (args.records - args.small)
             more = per_record[name] / per_record["none"] - 1

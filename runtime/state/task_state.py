@@ -7,7 +7,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from aiokafka import TopicPartition
 
@@ -115,6 +115,13 @@ class TaskState:
     def table_inputs(self) -> dict[TopicPartition, str]:
         """The table store that mirrors each of the task's table partitions."""
         return {TopicPartition(table.topic, self.partition): name for name, table in self._spec.tables.items()}
+
+    def write_table(self, tp: TopicPartition, records: list[Any]) -> None:
+        """A table partition's records into the store that mirrors it, as the topic holds them (a record
+        without a value deletes)."""
+        write = self.stores[self.table_inputs()[tp]].store.write_encoded
+        for raw in records:
+            write(raw.key, raw.value)
 
     async def _backend(self, name: str, kind: Literal["memory", "rocksdb"], path: Path) -> Backend:
         """The store's backend; one another task on this machine still closes is waited for, a damaged

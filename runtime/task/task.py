@@ -48,7 +48,7 @@ from runtime.task.commits import CommitBeforeProcessing, TaskCommit
 from runtime.task.context import TaskContext, TopicSerdes
 from runtime.task.event_time import TimestampOf, raw_event_time
 from runtime.task.failures import FailureHandler, Stage
-from runtime.task.intake import Intake
+from runtime.task.intake import Admission, BatchIntake, ChoiceIntake, ChooseFailed, Intake, TimestampIntake
 from runtime.task.punctuations import Punctuations
 from runtime.task.record_loop import RecordLoop, settle
 from runtime.task.timestamp_order import EventTimeOf, InputQueue, TimestampOrder
@@ -135,17 +135,15 @@ class Task:
         self._loop = RecordLoop(task_id.processor, every_input, processor, context, services, outputs,
                                 self._batch_done, concurrency, self._after_take, self._wakeup.set)  # fmt: skip
         self.in_flight = self._loop.in_flight
-        order: TimestampOrder | ChoiceOrder | None = None
+        admission = Admission(self.group_inputs, end_offsets, services.commit_before_processing)
+        self.intake: Intake  # what is queued here, and the order it is taken in
         if isinstance(processor, MergeProcessor):
-            order = ChoiceOrder(every_input, self._loop.decode, processor.choose)
+            choices = ChoiceOrder(every_input, self._loop.decode, processor.choose)
+            self.intake = ChoiceIntake(self._loop, admission, outputs, choices)
         elif len(every_input) > 1:
-            order = self._timestamp_order(every_input)
-        self._tables = state.table_inputs() if state is not None else {}
-        self.intake = Intake(  # what is queued here, and the order it is taken in
-            self._loop, order, self.group_inputs, end_offsets, services.commit_before_processing, outputs.flush,
-            self._after_take, lambda error: self._lifecycle_failed("choose()", error), frozenset(self._tables),
-            self._write_table,
-        )  # fmt: skip
+            self.intake = TimestampIntake(self._loop, admission, outputs, self._timestamp_order(every_input), state)
+        else:
+            self.intake = BatchIntake(self._loop, admission, outputs)
         self._stream_time_mark = self._committed_stream_time = context.stream_time_now()
         self._punctuations = Punctuations(
             task_id,
@@ -181,12 +179,12 @@ class Task:
 
     @property
     def merges_inputs(self) -> bool:
-        return isinstance(self.intake.order, TimestampOrder)
+        return self.intake.merges_inputs
 
     @property
     def bounds_each_input(self) -> bool:
         """A merge processor's task, or one with broadcast inputs: each input's queue is bounded alone."""
-        return isinstance(self.intake.order, ChoiceOrder) or self.broadcast is not None
+        return self.intake.bounds_each_input or self.broadcast is not None
 
     def queued_of(self, tp: TopicPartition) -> int:
         return self.intake.queued_of(tp)
@@ -301,7 +299,12 @@ class Task:
                 self.in_flight.raise_failure()
             self._loop.interrupted = self._stopping or self._commit_waits  # a batch ended for a punctuation runs it now
             await self._punctuations.run_due(self.in_flight)
-            await self.intake.take()
+            try:
+                await self.intake.take()
+            except ChooseFailed as failed:
+                raise self._lifecycle_failed("choose()", failed.error) from failed.error
+            finally:
+                self._after_take()
 
     def advance_stream_time(self, timestamp: int) -> None:
         """Stream time moves to `timestamp` as a record of that time would move it, without a record; the
@@ -314,13 +317,6 @@ class Task:
             if self._stopping:
                 break
             await self.step()
-
-    def _write_table(self, tp: TopicPartition, records: list[Any]) -> None:
-        """A table's records into its store, as the topic holds them (a record without a value deletes)."""
-        assert self.state is not None
-        write = self.state.stores[self._tables[tp]].store.write_encoded
-        for raw in records:
-            write(raw.key, raw.value)
 
     def _after_take(self) -> None:
         """Fetching resumes where a queue went down to its resume mark."""

@@ -26,8 +26,10 @@ appear as comments where each step is done):
      it, while the task still waits; a transaction that fails is aborted and its work redone from the
      offsets committed before (when the broker refused an output, with that record's input going to
      the processing policy).
-3. Post-commit, for each task whose commit succeeded: its stores write their data together with the
-   changelog offset it reaches (`TaskState.flush`), so a store is never ahead of its changelog.
+3. Post-commit, for each task whose commit succeeded, whatever the guarantee: the task keeps the stream
+   time of the commit and forgets the broker's refusals of records below its offsets (`Task.committed`);
+   its stores write their data together with the changelog offset it reaches (`TaskState.flush`), so a
+   store is never ahead of its changelog.
 4. Checkpoint, for each task whose commit succeeded or that had nothing new to commit, when one is due
    and it has no part in it yet: its stores' state as step 3 left it, with the input offsets of step
    1.4 (runtime/guarantees/store_checkpoints.py).
@@ -45,7 +47,8 @@ from runtime.task.commits import CommitBeforeProcessing, TaskCommit
 
 if TYPE_CHECKING:
     from runtime.guarantees.store_checkpoints import StoreCheckpoints
-    from runtime.task.task import Task
+    from runtime.kafka.outputs import Outputs
+    from runtime.task.task import Task, TaskId
 
 
 @dataclass
@@ -66,6 +69,10 @@ class Committer(Protocol):
 
     commit_before_processing: CommitBeforeProcessing | None
     """At-most-once commits a batch's offsets before the batch is processed; the others, None."""
+
+    def outputs_for(self, task_id: TaskId) -> Outputs:
+        """Where a new task's outputs go: the worker's shared producer, or (exactly-once) a producer of the
+        task's own, which the committer owns: it starts it at the claim and stops it at the release."""
 
     async def claim(self, task: Task) -> None:
         """A task was assigned and has not restored yet: exactly-once fences its previous owner and
@@ -135,9 +142,10 @@ class CommitCycle:
 
     def _post_commit(self, committed: Committed) -> None:
         for task_commit in committed.durable:
-            state = task_commit.task.state
-            if state is not None:
-                state.flush(task_commit.offsets)  # 3
+            task = task_commit.task
+            task.committed(task_commit.offsets)  # 3
+            if task.state is not None:
+                task.state.flush(task_commit.offsets)  # 3
         if self.store_checkpoints is not None:
             for task_commit in committed.durable + committed.unchanged:
                 self.store_checkpoints.after_commit(task_commit.task, task_commit.offsets)  # 4

@@ -18,7 +18,7 @@ from runtime.errors import StopWithoutCommit
 from runtime.guarantees.commit import Committed
 from runtime.kafka.outputs import Outputs
 from runtime.task.commits import CommitBeforeProcessing, TaskCommit
-from runtime.task.task import Task
+from runtime.task.task import Task, TaskId
 from runtime.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,9 @@ class AtLeastOnce:
         self._counters = counters
         self._telemetry = telemetry
         self._committed: dict[TopicPartition, int] = {}
+
+    def outputs_for(self, task_id: TaskId) -> Outputs:
+        return self._outputs
 
     async def claim(self, task: Task) -> None:
         return None  # the consumer starts a partition at its committed offset by itself

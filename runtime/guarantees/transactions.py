@@ -2,9 +2,12 @@
 
 aiokafka has no KIP-447, so every task has its own transactional producer with the stable id
 `{app}-{processor}-{partition}`: whoever owns the task next calls `init_transactions` with the same id
-and fences the previous owner. A transaction holds the task's outputs, its changelog writes and its
-input offsets (sent to the consumer's group); the store writes reach the store only after it commits
-(step 3), and are dropped when it aborts, so a crash never leaves a local store ahead of its changelog.
+and fences the previous owner. The committer owns these producers: it makes each with the task's
+outputs (`outputs_for`), starts it when it claims the task, and stops it when it releases the task.
+
+A transaction holds the task's outputs, its changelog writes and its input offsets (sent to the
+consumer's group); the store writes reach the store only after it commits (step 3), and are dropped
+when it aborts, so a crash never leaves a local store ahead of its changelog.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import Enum
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -21,10 +24,10 @@ from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
 from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit, TaskLost
 from runtime.guarantees.commit import Committed
-from runtime.kafka.outputs import OutputsRefused
+from runtime.kafka.outputs import Outputs, OutputsRefused
 from runtime.kafka.record_limits import broker_refusal
 from runtime.task.commits import CommitBeforeProcessing, TaskCommit
-from runtime.task.task import Task
+from runtime.task.task import Task, TaskId
 from runtime.telemetry import Telemetry
 from runtime.telemetry.metrics import TASK
 
@@ -47,9 +50,19 @@ class ExactlyOnce:
     commit_before_processing: CommitBeforeProcessing | None = None
 
     def __init__(
-        self, consumer: AIOKafkaConsumer, group_id: str, from_latest: bool, counters: Counters, telemetry: Telemetry
+        self,
+        consumer: AIOKafkaConsumer,
+        app_id: str,
+        group_id: str,
+        from_latest: bool,
+        counters: Counters,
+        telemetry: Telemetry,
+        new_outputs: Callable[[str], Outputs],
     ):
         self._consumer = consumer
+        self._app_id = app_id
+        self._new_outputs = new_outputs  # a task's outputs through a producer with this transactional id
+        self._outputs: dict[TaskId, Outputs] = {}
         self._group_id = group_id
         self._from_latest = from_latest
         self._counters = counters
@@ -57,11 +70,15 @@ class ExactlyOnce:
         self._committed: dict[Task, dict[TopicPartition, int]] = {}
         self._sent_at_begin: dict[Task, int] = {}
 
+    def outputs_for(self, task_id: TaskId) -> Outputs:
+        outputs = self._outputs[task_id] = self._new_outputs(f"{self._app_id}-{task_id.processor}-{task_id.partition}")
+        return outputs
+
     async def claim(self, task: Task) -> None:
         """`init_transactions` fences the task's previous owner; the offsets it committed are then
         final, so the task starts from them, whatever the consumer fetched before."""
         try:
-            await task.outputs.producer.start()
+            await self._outputs[task.id].producer.start()
         except FENCED as error:
             raise self._fenced(task, error) from error
         await self._begin(task)
@@ -88,7 +105,7 @@ class ExactlyOnce:
             pass  # logged where it was found
         finally:
             self._forget(task)
-            await task.outputs.producer.stop()
+            await self._outputs.pop(task.id).producer.stop()
 
     async def _committed_positions(self, task: Task) -> dict[TopicPartition, int]:
         """Where each input resumes: its committed offset, else the reset policy's end of the partition."""
@@ -117,14 +134,16 @@ class ExactlyOnce:
         return lost
 
     def _dirty(self, task: Task, offsets: Mapping[TopicPartition, int]) -> bool:
-        produced = task.outputs.sent + task.outputs.pending
+        outputs = self._outputs[task.id]
+        produced = outputs.sent + outputs.pending
         moved_on = offsets != self._committed.get(task, {})
         stored = task.state is not None and task.state.has_unflushed_writes
         return produced > self._sent_at_begin[task] or moved_on or stored
 
     async def _begin(self, task: Task) -> None:
-        await task.outputs.producer.begin_transaction()
-        self._sent_at_begin[task] = task.outputs.sent + task.outputs.pending
+        outputs = self._outputs[task.id]
+        await outputs.producer.begin_transaction()
+        self._sent_at_begin[task] = outputs.sent + outputs.pending
 
     def _forget(self, task: Task) -> None:
         self._committed.pop(task, None)
@@ -136,16 +155,16 @@ class ExactlyOnce:
             return _Outcome.LOST
         if not self._dirty(task, offsets):
             return _Outcome.UNCHANGED
-        producer = task.outputs.producer
+        outputs = self._outputs[task.id]
         started = time.monotonic()
         try:
             with self._telemetry.tracer.span("commit transaction", {TASK: str(task.id)}):
                 # Every batch acknowledged first: aiokafka commits a transaction without those refused.
-                await task.outputs.wait_acked()
+                await outputs.wait_acked()
                 changed = {tp: offset for tp, offset in offsets.items() if self._committed[task].get(tp) != offset}
                 if changed:
-                    await producer.send_offsets_to_transaction(changed, self._group_id)
-                await producer.commit_transaction()
+                    await outputs.producer.send_offsets_to_transaction(changed, self._group_id)
+                await outputs.producer.commit_transaction()
         except FENCED as error:
             self._fenced(task, error)
             return _Outcome.LOST
@@ -165,7 +184,6 @@ class ExactlyOnce:
         if self._telemetry.metrics.enabled:
             self._telemetry.metrics.record_commit(elapsed * 1000, transactional=True)
         self._committed[task].update(offsets)
-        task.committed(offsets)
         await self._begin(task)
         return _Outcome.COMMITTED
 
@@ -176,7 +194,7 @@ class ExactlyOnce:
                     task.id, refused)  # fmt: skip
         try:
             await self._abort(task, rewind=False)
-            found = await task.outputs.probe(refused.records)
+            found = await self._outputs[task.id].probe(refused.records)
         except TaskLost:
             return _Outcome.LOST
         except FENCED as error:
@@ -199,13 +217,13 @@ class ExactlyOnce:
         self._counters.aborted_transactions += 1
         try:
             with self._telemetry.tracer.span("abort transaction", {TASK: str(task.id)}):
-                await task.outputs.producer.abort_transaction()
+                await self._outputs[task.id].producer.abort_transaction()
         except FENCED as error:
             raise self._fenced(task, error) from error
         except KafkaError as error:
             raise StopWithoutCommit(f"task {task.id} could not abort its transaction: {error!r}") from error
         finally:
-            task.outputs.discard()
+            self._outputs[task.id].discard()
             if task.state is not None:
                 task.state.discard()
         if rewind and task in self._committed:

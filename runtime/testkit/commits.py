@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -10,7 +10,7 @@ from aiokafka import TopicPartition
 from runtime.guarantees.commit import Committed
 from runtime.kafka.outputs import Outputs
 from runtime.task.commits import CommitBeforeProcessing, TaskCommit
-from runtime.task.task import Task
+from runtime.task.task import Task, TaskId
 from runtime.testkit.topics import MemoryProducer
 
 
@@ -20,10 +20,21 @@ class MemoryCommits:
 
     commits_in_turn = False
 
-    def __init__(self, outputs: Callable[[], Iterable[Outputs]], at_most_once: bool):
+    def __init__(self, shared: Outputs, transactional: Callable[[], Outputs] | None, at_most_once: bool):
         self.offsets: dict[TopicPartition, int] = {}
-        self._outputs = outputs
+        self.shared = shared
+        self.per_task: list[Outputs] = []  # under exactly-once, each task's own
+        self._transactional = transactional
         self.commit_before_processing: CommitBeforeProcessing | None = self._commit_batch if at_most_once else None
+
+    def outputs(self) -> list[Outputs]:
+        return [self.shared, *self.per_task]
+
+    def outputs_for(self, task_id: TaskId) -> Outputs:
+        if self._transactional is None:
+            return self.shared
+        self.per_task.append(self._transactional())
+        return self.per_task[-1]
 
     async def claim(self, task: Task) -> None:
         return None
@@ -32,7 +43,7 @@ class MemoryCommits:
         return None
 
     async def commit(self, task_commits: list[TaskCommit]) -> Committed:
-        for outputs in self._outputs():
+        for outputs in self.outputs():
             await outputs.wait_acked()
             producer = outputs.producer
             assert isinstance(producer, MemoryProducer)

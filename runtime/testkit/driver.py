@@ -121,10 +121,10 @@ class AppDriver:
         limits.update({topic: compacted for topic in changelogs})
         failures = FailureHandler.configured(config, counters, limits)
         exactly_once = config.guarantee is Guarantee.EXACTLY_ONCE
-        self._shared = self._outputs(limits, failures if not exactly_once else None)
+        shared = self._outputs(limits, failures if not exactly_once else None)
         self._dead_letters = self._outputs(limits, None)  # the global stores'
-        self._per_task: list[Outputs] = []
-        committer = MemoryCommits(lambda: [self._shared, *self._per_task], config.guarantee is Guarantee.AT_MOST_ONCE)
+        transactional = (lambda: self._outputs(limits, None, transactional=True)) if exactly_once else None
+        committer = self._committer = MemoryCommits(shared, transactional, config.guarantee is Guarantee.AT_MOST_ONCE)
         self.committed = committer.offsets
         self._commit_cycle = CommitCycle(committer, config.commit_interval_s)
         for name in config.global_stores:
@@ -136,10 +136,7 @@ class AppDriver:
         )  # fmt: skip
         for spec in config.processors:
             for partition in range(self.topics.partitions(spec.inputs[0])):
-                outputs = self._outputs(limits, None, transactional=True) if exactly_once else self._shared
-                if exactly_once:
-                    self._per_task.append(outputs)
-                await self._start_task(spec, partition, outputs, services)
+                await self._start_task(spec, partition, committer.outputs_for(TaskId(spec.name, partition)), services)
 
     def _set_aside(self, name: str) -> OnFailures:
         """What global store `name` does with the records it cannot apply, as on a worker."""
@@ -386,7 +383,7 @@ class AppDriver:
                 while task.has_work:
                     busy = True
                     await task.step()
-            for outputs in (self._shared, *self._per_task):
+            for outputs in self._committer.outputs():
                 await outputs.flush()  # what punctuations released
             if not busy:
                 return worked

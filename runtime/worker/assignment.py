@@ -45,7 +45,6 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
         self,
         config: AppConfig,
         services: TaskServices,
-        outputs_for: Callable[[TaskId], Outputs],
         restore: Callable[[TaskState], Awaitable[None]],
         commit_cycle: CommitCycle,
         backpressure: Backpressure,
@@ -60,7 +59,6 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
         self.ready = ready  # set at the first assignment
         self._config = config
         self._services = services
-        self._outputs_for = outputs_for
         self._restore = restore
         self._commit_cycle = commit_cycle
         self._backpressure = backpressure
@@ -116,7 +114,7 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def _build(self, spec: ProcessorConfig, task_id: TaskId, inputs: list[TopicPartition]) -> Task:
         processor = construct(spec, task_id)
-        outputs = self._outputs_for(task_id)
+        outputs = self._commit_cycle.committer.outputs_for(task_id)
         stateful = spec.stores or spec.tables
         state = None
         if stateful:

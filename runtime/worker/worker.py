@@ -37,7 +37,7 @@ from runtime.state.store_buffers import MB, StoreBuffers
 from runtime.task.broadcast import BroadcastSource
 from runtime.task.event_time import timestamp_readers
 from runtime.task.failures import FailureHandler
-from runtime.task.task import TaskId, TaskServices
+from runtime.task.task import TaskServices
 from runtime.telemetry import Telemetry
 from runtime.worker.assignment import Assignment
 from runtime.worker.backpressure import Backpressure
@@ -197,22 +197,11 @@ class Worker:
             shared = self._shared = Outputs(producer, partition_counts, counters, self._limits,
                                             renew=self._clients.producer, on_refused=failures.refused)  # fmt: skip
 
-        def outputs_for(task_id: TaskId) -> Outputs:
-            if shared is not None:
-                return shared
-            name = f"{config.app_id}-{task_id.processor}-{task_id.partition}"
-            transactional = functools.partial(
-                self._clients.producer,
-                transactional_id=name, transaction_timeout_ms=config.transaction_timeout_ms, client_id=name,
-            )  # fmt: skip
-            # A new producer, with the same transactional id, after the broker refused records.
-            return Outputs(transactional(), partition_counts, counters, self._limits, renew=transactional)
-
         def spawn(work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
             return group.create_task(work, name=name)
 
         backpressure = self._backpressure = Backpressure(consumer, config.queue, counters)
-        committer = self._committer(consumer, shared)
+        committer = self._committer(consumer, shared, partition_counts)
         store_checkpoints = StoreCheckpoints.configured(config, partition_counts)
         commit_cycle = CommitCycle(committer, config.commit_interval_s, store_checkpoints)
         store_buffers = StoreBuffers(config.store_buffer_mb * MB, commit_cycle.commit_soon)
@@ -238,7 +227,6 @@ class Worker:
         assignment = Assignment(
             config,
             services,
-            outputs_for,
             restorer.restore,
             commit_cycle,
             backpressure,
@@ -304,11 +292,23 @@ class Worker:
         except Exception as error:
             self._outcome.fail(error, what)
 
-    def _committer(self, consumer: AIOKafkaConsumer, shared: Outputs | None) -> Committer:
+    def _committer(
+        self, consumer: AIOKafkaConsumer, shared: Outputs | None, partition_counts: dict[str, int]
+    ) -> Committer:
         config = self.config
         if config.guarantee is Guarantee.EXACTLY_ONCE:
+
+            def transactional_outputs(transactional_id: str) -> Outputs:
+                transactional = functools.partial(
+                    self._clients.producer, transactional_id=transactional_id,
+                    transaction_timeout_ms=config.transaction_timeout_ms, client_id=transactional_id,
+                )  # fmt: skip
+                # A new producer, with the same transactional id, after the broker refused records.
+                return Outputs(transactional(), partition_counts, self.counters, self._limits, renew=transactional)
+
             from_latest = config.kafka.consumer.get("auto_offset_reset") == "latest"
-            return ExactlyOnce(consumer, config.group_id, from_latest, self.counters, self.telemetry)
+            return ExactlyOnce(consumer, config.app_id, config.group_id, from_latest, self.counters, self.telemetry,
+                               transactional_outputs)  # fmt: skip
         assert shared is not None
         if config.guarantee is Guarantee.AT_MOST_ONCE:
             return AtMostOnce(consumer, shared, self.counters, self.telemetry)

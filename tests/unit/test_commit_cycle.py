@@ -14,9 +14,10 @@ from processors.record import Record
 from runtime.config import ErrorPolicy
 from runtime.errors import StopAfterCommit
 from runtime.guarantees.commit import CommitCycle, Committed
+from runtime.kafka.outputs import Outputs
 from runtime.task.commits import CommitBeforeProcessing, TaskCommit
-from runtime.task.task import Task, TaskPhase
-from tests.support.engine_fakes import IN, OUT, FakeState, Log, make_services, make_task, raw, until_idle
+from runtime.task.task import Task, TaskId, TaskPhase
+from tests.support.engine_fakes import IN, OUT, FakeOutputs, FakeState, Log, make_services, make_task, raw, until_idle
 
 pytestmark = pytest.mark.anyio
 
@@ -55,6 +56,9 @@ class RecordingCommitter:
         self.lost: set[str] = set()
         self.gate: asyncio.Event | None = None
         self.entered = asyncio.Event()
+
+    def outputs_for(self, task_id: TaskId) -> Outputs:
+        return FakeOutputs().as_outputs()
 
     async def claim(self, task: Task) -> None:
         return None
@@ -215,3 +219,22 @@ async def test_a_timer_stopped_between_commits_returns_without_waiting_for_its_i
 
     commit_cycle.stop_timer()
     await asyncio.wait_for(timer, 5)  # a bound on a hang only: it returns at once
+
+
+@pytest.mark.parametrize("in_turn", [False, True], ids=["together", "in turn"])
+async def test_step_3_tells_every_guarantees_task_what_is_durable(in_turn: bool) -> None:
+    """Post-commit is the protocol's, not one committer's: the refusals below the committed offsets are
+    forgotten and the stream time of the commit is kept, whichever committer ran step 2."""
+    log: Log = []
+    task = running_task("a", log)
+    task.next_offsets = {TopicPartition(IN, 0): 5}
+    task.refuse({(IN, 0, 3): "too large", (IN, 0, 7): "too large"})
+    task.context.latest_timestamp = 1_000
+
+    await CommitCycle(RecordingCommitter(log, in_turn), 60).commit([task])
+    task.context.latest_timestamp = 2_000
+    task.rewind({TopicPartition(IN, 0): 5})
+
+    assert task.context._refused == {(IN, 0, 7): "too large"}
+    assert task.context.latest_timestamp == 1_000
+    assert log.index("committed a") < log.index("a flush stores")

@@ -137,12 +137,18 @@ async def test_at_most_once_commits_a_batch_before_processing_it_and_not_again_a
 GROUP = "custom-group"
 
 
-def exactly_once(consumer: FakeConsumer, counters: Counters, from_latest: bool = False) -> ExactlyOnce:
-    return ExactlyOnce(consumer, GROUP, from_latest, counters, OFF)
+def exactly_once(consumer: FakeConsumer, counters: Counters, *tasks: Task, from_latest: bool = False) -> ExactlyOnce:
+    """The committer, owning the producers of `tasks`: each task was built with the outputs `outputs_for`
+    made, through a producer with the task's transactional id."""
+    producers = {f"app-{task.id.processor}-{task.id.partition}": task.outputs for task in tasks}
+    committer = ExactlyOnce(consumer, "app", GROUP, from_latest, counters, OFF, producers.__getitem__)
+    for task in tasks:
+        assert committer.outputs_for(task.id) is task.outputs
+    return committer
 
 
-def transactional_task(log: list[str] | None = None, state: FakeState | None = None) -> Task:
-    task = make_task(Forward(), outputs=FakeOutputs(log), state=state, inputs=[TP0, TP1])
+def transactional_task(log: list[str] | None = None, state: FakeState | None = None, name: str = "p") -> Task:
+    task = make_task(Forward(), outputs=FakeOutputs(log), state=state, inputs=[TP0, TP1], name=name)
     task.phase = TaskPhase.RUNNING
     return task
 
@@ -151,12 +157,13 @@ def producer_calls(task: Task) -> list[tuple[str, Any]]:
     return fake_outputs(task).producer.calls
 
 
-async def claimed(consumer: FakeConsumer, counters: Counters, task: Task) -> ExactlyOnce:
+async def claimed(consumer: FakeConsumer, counters: Counters, *tasks: Task) -> ExactlyOnce:
     consumer.committed_offsets = {TP0: 10, TP1: 20}
-    committer = exactly_once(consumer, counters)
-    await committer.claim(task)
+    committer = exactly_once(consumer, counters, *tasks)
+    for task in tasks:
+        await committer.claim(task)
+        producer_calls(task).clear()
     consumer.seeks.clear()
-    producer_calls(task).clear()
     return committer
 
 
@@ -167,7 +174,7 @@ async def test_a_claim_fences_the_previous_owner_begins_and_moves_the_task_to_it
     task = transactional_task()
     task.enqueue(TP0, [raw(4, b"{}")])  # fetched before the claim, from a position the last owner moved past
 
-    await exactly_once(consumer, Counters()).claim(task)
+    await exactly_once(consumer, Counters(), task).claim(task)
 
     assert fake_outputs(task).producer.names() == ["start", "begin_transaction"]
     assert consumer.seeks == [(TP0, 10), (TP1, 3)]
@@ -180,7 +187,7 @@ async def test_a_claim_without_committed_offsets_starts_at_the_end_when_reading_
     consumer.ends = {TP0: 50, TP1: 60}
     task = transactional_task()
 
-    await exactly_once(consumer, Counters(), from_latest=True).claim(task)
+    await exactly_once(consumer, Counters(), task, from_latest=True).claim(task)
 
     assert task.next_offsets == {TP0: 50, TP1: 60}
 
@@ -191,7 +198,7 @@ async def test_a_claim_fenced_by_a_newer_owner_loses_the_task() -> None:
     fake_outputs(task).producer.failures["start"] = ProducerFenced()
 
     with pytest.raises(TaskLost, match=r"task p\[0\] was taken over by another worker"):
-        await exactly_once(FakeConsumer(), counters).claim(task)
+        await exactly_once(FakeConsumer(), counters, task).claim(task)
 
     assert counters.fenced_tasks == 1
 
@@ -285,10 +292,8 @@ async def test_a_fenced_commit_loses_the_task(fenced_at: str) -> None:
 
 async def test_release_aborts_only_a_transaction_with_work_in_it() -> None:
     consumer, counters = FakeConsumer(), Counters()
-    clean, dirty = transactional_task(), transactional_task()
-    committer = await claimed(consumer, counters, clean)
-    await committer.claim(dirty)
-    producer_calls(dirty).clear()
+    clean, dirty = transactional_task(name="clean"), transactional_task(name="dirty")
+    committer = await claimed(consumer, counters, clean, dirty)
     fake_outputs(dirty).append(OUT, None, b"{}")
 
     await committer.release(clean)

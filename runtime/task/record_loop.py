@@ -71,6 +71,7 @@ class RecordLoop:
         for tp in inputs:
             timestamp_of = services.timestamps.get(tp.topic)
             self.builders[tp.topic] = Record if timestamp_of is None else stamping(timestamp_of)
+        self._decoders = {topic: self._decoder(topic, services) for topic in self.builders}
         self._name = name
         self._processor = processor
         self._context = context
@@ -78,6 +79,9 @@ class RecordLoop:
         self._outputs = outputs
         self.on_batch_done = on_batch_done
         self._is_async = inspect.iscoroutinefunction(processor.process)
+        self._process = processor.process
+        self._tracer, self._metrics = services.telemetry.tracer, services.telemetry.metrics
+        self._timed = self._metrics.enabled
         self.in_flight: InFlight | None = None
         if concurrency is not None and concurrency.concurrent:
             metrics = services.telemetry.metrics
@@ -143,7 +147,8 @@ class RecordLoop:
     async def _process_observed(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
         """`process`'s loop with telemetry on: each record through `_process_one`."""
         tracer = self._services.telemetry.tracer
-        decode, context = self.decode, self._context
+        decode, process_one, context = self._decoders[tp.topic], self._process_one, self._context
+        stream_time, punctuation_due = context.latest_timestamp, context.next_stream_time_due()
         processed = 0
         done: int | None = None  # the offset after the last record handled
         try:
@@ -152,10 +157,14 @@ class RecordLoop:
                     if self.interrupted:
                         return records[index:]
                     raw = records[index]
-                    record = decode(tp, raw)
+                    record = decode(raw)
                     if record is not None:
-                        self._advance_stream_time(record.timestamp)
-                        processed += await self._process_one(raw, record, decision, context)
+                        timestamp = record.timestamp
+                        if timestamp > stream_time:  # as the plain loop does
+                            stream_time = context.latest_timestamp = timestamp
+                            if timestamp >= punctuation_due:
+                                self.interrupted = True  # after this record
+                        processed += await process_one(raw, record, decision, context)
                     done = raw.offset + 1
         finally:
             context.trace_fields, context.source, context.output_time = UNTRACED, None, None  # nor to a record
@@ -195,20 +204,29 @@ class RecordLoop:
         """One record decoded, for every path but the plain loop, which does it inline: one that cannot be
         decoded goes to the deserialization policy, and None is returned (the caller counts its offset as
         done)."""
-        key_serde, value_serde = self._services.serdes[tp.topic]
-        try:
-            return self.builders[tp.topic](
-                raw.topic,
-                raw.partition,
-                raw.offset,
-                raw.timestamp,
-                None if raw.key is None else key_serde.deserialize(raw.key),
-                None if raw.value is None else value_serde.deserialize(raw.value),
-                raw.headers,
-            )
-        except Exception as error:  # any decoding error, or event time not found, goes to the policy
-            self._undecodable(raw, error)
-            return None
+        return self._decoders[tp.topic](raw)
+
+    def _decoder(self, topic: str, services: TaskServices) -> Callable[[Any], Record | None]:
+        """`decode` for one topic, with its serdes and record builder bound once."""
+        key_serde, value_serde = services.serdes[topic]
+        build, decode_key, decode_value = self.builders[topic], key_serde.deserialize, value_serde.deserialize
+
+        def decode(raw: Any) -> Record | None:
+            try:
+                return build(
+                    raw.topic,
+                    raw.partition,
+                    raw.offset,
+                    raw.timestamp,
+                    None if raw.key is None else decode_key(raw.key),
+                    None if raw.value is None else decode_value(raw.value),
+                    raw.headers,
+                )
+            except Exception as error:  # any decoding error, or event time not found, goes to the policy
+                self._undecodable(raw, error)
+                return None
+
+        return decode
 
     async def process_chosen(self, raw: Any, record: Record) -> int:
         """One record a merge processor chose: 1 when it was processed, 0 when it failed and the policy
@@ -236,27 +254,28 @@ class RecordLoop:
         tracer sampled it (about one in a hundred at a 1% ratio), else with the trace context its outputs
         carry, its processing time measured when metrics are on. 1 when it was processed; 0 when it raised,
         its outputs dropped and the processing policy applied (under `fail`, that raises)."""
-        telemetry = self._services.telemetry
-        metrics = telemetry.metrics
+        timed = self._timed
         released = len(context.pending)
         context.source, context.output_time = raw, record.timestamp
-        started = time.perf_counter() if metrics.enabled else 0.0
+        started = time.perf_counter() if timed else 0.0
         try:
             if decision.__class__ in CARRIED_CLASSES:  # no span: the decision is what outputs carry
                 context.trace_fields = decision  # type: ignore[assignment]
-                await settle(self._processor.process(record, context))
+                result = self._process(record, context)
+                if result is not None and (self._is_async or inspect.isawaitable(result)):
+                    await result
             else:
-                scope = telemetry.tracer.start_process_span(raw.topic, raw.partition, raw.offset, raw.key,
-                                                            raw.headers, None, decision)  # fmt: skip
+                scope = self._tracer.start_process_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers,
+                                                        None, decision)  # fmt: skip
                 with scope:
                     context.trace_fields = scope.fields
-                    await settle(self._processor.process(record, context))
+                    await settle(self._process(record, context))
         except Exception as error:  # any processor error goes to the policy
             self._failed(raw, error, released, context)
             return 0
         finally:
-            if metrics.enabled:
-                metrics.record_processing((time.perf_counter() - started) * 1000, self._name)
+            if timed:
+                self._metrics.record_processing((time.perf_counter() - started) * 1000, self._name)
         return 1
 
     def _undecodable(self, raw: Any, error: Exception) -> None:

@@ -35,6 +35,7 @@ from aiokafka import TopicPartition
 
 from processors.merge import MergeProcessor
 from processors.processor import Processor
+from runtime.config import AppConfig
 from runtime.config.processors import ConcurrencyConfig
 from runtime.counters import Counters
 from runtime.errors import StopAfterCommit
@@ -46,7 +47,7 @@ from runtime.task.choice_order import ChoiceOrder
 from runtime.task.clock import SYSTEM_CLOCK, Clock
 from runtime.task.commits import CommitBeforeProcessing, TaskCommit
 from runtime.task.context import TaskContext, TopicSerdes
-from runtime.task.event_time import TimestampOf, raw_event_time
+from runtime.task.event_time import TimestampOf, raw_event_time, timestamp_readers
 from runtime.task.failures import FailureHandler, Stage
 from runtime.task.intake import Admission, BatchIntake, ChoiceIntake, ChooseFailed, Intake, TimestampIntake
 from runtime.task.punctuations import Punctuations
@@ -95,6 +96,25 @@ class TaskServices:
     # How long a leaving task waits for its records in flight before it abandons them, uncommitted.
     shutdown_timeout_s: float = 30.0
     store_buffers: StoreBuffers | None = None  # the bound on what stores hold until their commit
+
+    @classmethod
+    def of_app(
+        cls,
+        config: AppConfig,
+        failures: FailureHandler,
+        counters: Counters,
+        serdes: TopicSerdes,
+        global_stores: Mapping[str, ReadOnlyView],
+        telemetry: Telemetry,
+        on_dequeue: Callable[[Task], None],
+        commit_before_processing: CommitBeforeProcessing | None,
+    ) -> TaskServices:
+        """With what the app's YAML sets for every task (event time, `max_task_idle_ms`,
+        `shutdown_timeout_s`): a worker and the test kit start from the same."""
+        return cls(
+            failures, counters, serdes, global_stores, telemetry, on_dequeue, commit_before_processing,
+            timestamp_readers(config), config.max_task_idle_ms / 1000, shutdown_timeout_s=config.shutdown_timeout_s,
+        )  # fmt: skip
 
 
 class Task:

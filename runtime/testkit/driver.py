@@ -48,8 +48,7 @@ from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import TopicLimits
 from runtime.kafka.topic_serdes import topic_serdes
 from runtime.kafka.topics import changelog_partitions, declared_configs, producer_options, topic_limits
-from runtime.state.task_state import TaskState
-from runtime.task.event_time import timestamp_readers
+from runtime.task.assembly import assemble_task
 from runtime.task.failures import FailureHandler
 from runtime.task.task import Task, TaskId, TaskServices
 from runtime.telemetry import Telemetry
@@ -57,7 +56,6 @@ from runtime.testkit.clock import ManualClock
 from runtime.testkit.commits import MemoryCommits
 from runtime.testkit.records import DeadLetter, TopicRecord
 from runtime.testkit.topics import DEFAULT_BATCH_SIZE, MemoryProducer, Topics
-from runtime.worker.assignment import build_task, construct
 from stores import BufferedKeyValueStore, ReadOnlyView, SessionView, WindowView
 from stores.partitioner import partition_for
 
@@ -129,11 +127,11 @@ class AppDriver:
         self._commit_cycle = CommitCycle(committer, config.commit_interval_s)
         for name in config.global_stores:
             self._global_stores[name] = GlobalStore.open(config, name, self._set_aside(name))
-        services = TaskServices(
-            failures, counters, self._serdes, {name: store.view for name, store in self._global_stores.items()},
+        services = TaskServices.of_app(
+            config, failures, counters, self._serdes, {name: store.view for name, store in self._global_stores.items()},
             Telemetry(TelemetryConfig(), config.app_id), lambda task: None, committer.commit_before_processing,
-            timestamp_readers(config), clock=self.clock,
         )  # fmt: skip
+        services.clock = self.clock
         for spec in config.processors:
             for partition in range(self.topics.partitions(spec.inputs[0])):
                 await self._start_task(spec, partition, committer.outputs_for(TaskId(spec.name, partition)), services)
@@ -163,13 +161,9 @@ class AppDriver:
         task_id = TaskId(spec.name, partition)
         inputs = [TopicPartition(topic, partition) for topic in dict.fromkeys([*spec.inputs, *spec.table_topics()])]
         inputs += [TopicPartition(t, p) for t in spec.broadcast for p in range(self.topics.partitions(t))]
-        processor = construct(spec, task_id)
-        state = None
-        if spec.stores or spec.tables:
-            state = TaskState(self.config, spec, partition, outputs, self._serdes)
-            await state.open()
-        task = build_task(task_id, processor, self.config.app_id, spec.params, frozenset(spec.outputs), inputs,
-                          outputs, services, None, state)  # fmt: skip
+        task = assemble_task(self.config, spec, task_id, inputs, outputs, services)
+        if task.state is not None:
+            await task.state.open()
         self._tasks[task_id] = task
         for tp in inputs:
             self._readers[tp].append(task)
@@ -383,6 +377,9 @@ class AppDriver:
                 while task.has_work:
                     busy = True
                     await task.step()
+                if task.in_flight is not None and task.in_flight.count:  # a processor with concurrency
+                    busy = True
+                    await task.in_flight.drain()
             for outputs in self._committer.outputs():
                 await outputs.flush()  # what punctuations released
             if not busy:

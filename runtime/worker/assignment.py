@@ -17,17 +17,13 @@ from typing import Any
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 
-from processors.processor import Processor
 from runtime.config import AppConfig, Guarantee, ProcessorConfig
-from runtime.config.processors import ConcurrencyConfig
 from runtime.counters import Counters
 from runtime.errors import StopAfterCommit, TaskLost
 from runtime.guarantees.commit import CommitCycle
-from runtime.kafka.outputs import Outputs
 from runtime.log_fields import CURRENT_TASK
 from runtime.state.task_state import TaskState
-from runtime.task.broadcast import BroadcastReader
-from runtime.task.context import TaskContext
+from runtime.task.assembly import assemble_task
 from runtime.task.task import Task, TaskId, TaskPhase, TaskServices
 from runtime.worker.backpressure import Backpressure
 from runtime.worker.outcome import Outcome
@@ -113,21 +109,8 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
         log.info("assigned %d partitions, started tasks %s", len(assigned), started)
 
     def _build(self, spec: ProcessorConfig, task_id: TaskId, inputs: list[TopicPartition]) -> Task:
-        processor = construct(spec, task_id)
         outputs = self._commit_cycle.committer.outputs_for(task_id)
-        stateful = spec.stores or spec.tables
-        state = None
-        if stateful:
-            services = self._services
-            state = TaskState(self._config, spec, task_id.partition, outputs, services.serdes, services.store_buffers)
-        broadcast = None
-        if spec.broadcast:
-            assert state is not None and self._services.broadcast is not None  # the config adds the positions' store
-            store = spec.broadcast_positions_store
-            client_id = f"{self._config.app_id}-{task_id.processor}-{task_id.partition}-broadcast"
-            broadcast = self._services.broadcast.reader(spec.broadcast, lambda: state.stores[store].store, client_id)
-        return build_task(task_id, processor, self._config.app_id, spec.params, frozenset(spec.outputs), inputs,
-                          outputs, self._services, self._end_offsets, state, broadcast, spec.concurrency)  # fmt: skip
+        return assemble_task(self._config, spec, task_id, inputs, outputs, self._services, self._end_offsets)
 
     def _start(self, task: Task) -> None:
         if task.state is not None or self._config.guarantee is Guarantee.EXACTLY_ONCE:
@@ -219,35 +202,3 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
             self.subscribers[tp] = [t for t in self.subscribers.get(tp, []) if t is not task]
         if task.lost:  # its partitions go with the next rebalance; until then, nothing is fetched for it
             self._backpressure.hold(task.inputs, (LOST, task.id))
-
-
-def construct(spec: ProcessorConfig, task_id: TaskId) -> Processor:
-    """The task's processor instance; one that cannot be constructed stops the worker with the cause."""
-    try:
-        return spec.processor_class()()
-    except Exception as error:
-        log.error("processor '%s' could not be constructed for task %s", spec.name, task_id, exc_info=error)
-        raise StopAfterCommit(
-            f"processor '{spec.name}' could not be constructed for task {task_id}: {type(error).__name__}: {error}"
-        ) from error
-
-
-def build_task(
-    task_id: TaskId,
-    processor: Processor,
-    app_id: str,
-    params: Mapping[str, Any],
-    outputs_allowed: frozenset[str],
-    inputs: list[TopicPartition],
-    outputs: Outputs,
-    services: TaskServices,
-    end_offsets: Mapping[TopicPartition, int] | None,
-    state: TaskState | None = None,
-    broadcast: BroadcastReader | None = None,
-    concurrency: ConcurrencyConfig | None = None,
-) -> Task:
-    context = TaskContext(
-        app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes, services.global_stores,
-        state, outputs.limits, services.counters, services.clock,
-    )  # fmt: skip
-    return Task(task_id, processor, context, inputs, outputs, services, end_offsets, state, broadcast, concurrency)

@@ -35,7 +35,6 @@ from runtime.kafka.topics import describe_limits, ensure_topics
 from runtime.state.restore import ChangelogRestorer
 from runtime.state.store_buffers import MB, StoreBuffers
 from runtime.task.broadcast import BroadcastSource
-from runtime.task.event_time import timestamp_readers
 from runtime.task.failures import FailureHandler
 from runtime.task.task import TaskServices
 from runtime.telemetry import Telemetry
@@ -209,7 +208,8 @@ class Worker:
             self._restore_consumer, counters, self.telemetry.tracer, committed=consumer.committed
         )
         end_offsets = await self._end_offsets(consumer, partition_counts) if self._until_caught_up else None
-        services = TaskServices(
+        services = TaskServices.of_app(
+            config,
             failures,
             counters,
             self._serdes(),
@@ -217,13 +217,10 @@ class Worker:
             self.telemetry,
             backpressure.after_dequeue,
             committer.commit_before_processing,
-            timestamp_readers(config),
-            config.max_task_idle_ms / 1000,
-            Unfetched(consumer, end_offsets),
-            self._broadcast_source(partition_counts),
-            shutdown_timeout_s=config.shutdown_timeout_s,
-            store_buffers=store_buffers,
         )
+        services.unfetched = Unfetched(consumer, end_offsets)
+        services.broadcast = self._broadcast_source(partition_counts)
+        services.store_buffers = store_buffers
         assignment = Assignment(
             config,
             services,

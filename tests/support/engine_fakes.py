@@ -25,12 +25,12 @@ from runtime.counters import Counters
 from runtime.kafka.outputs import Headers, Output, Outputs
 from runtime.kafka.record_limits import Limits
 from runtime.state.task_state import TaskState
+from runtime.task.assembly import build_task
 from runtime.task.commits import CommitBeforeProcessing
 from runtime.task.event_time import TimestampOf
 from runtime.task.failures import FailureHandler, Stage
 from runtime.task.task import Task, TaskId, TaskServices
 from runtime.telemetry import Telemetry
-from runtime.worker.assignment import build_task
 from stores.serdes import resolve_serde
 
 IN, OUT, DEAD = "in", "out", "dead-letters"

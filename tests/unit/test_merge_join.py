@@ -19,8 +19,8 @@ from processors.joins import MergeJoin
 from processors.joins.merge_join import UNMATCHED
 from runtime.config import QueueConfig
 from runtime.counters import Counters
+from runtime.task.assembly import build_task
 from runtime.task.task import Task, TaskId
-from runtime.worker.assignment import build_task
 from runtime.worker.backpressure import Backpressure
 from tests.support.engine_fakes import IN, OUT, FakeConsumer, FakeOutputs, make_services, raw, running
 

@@ -156,3 +156,22 @@ def test_a_driver_from_yaml_with_the_fixture(app_driver: MakeDriver, tmp_path: P
     driver = app_driver(path)
     driver.pipe("in", {"n": 1}, key="a")
     assert driver.read("out")[0].value == {"src": [0, 0], "value": {"n": 1}}
+
+
+def test_a_processor_with_concurrency_has_records_in_flight_together_and_each_keys_in_order(
+    app_driver: MakeDriver,
+) -> None:
+    """The driver assembles tasks as a worker does, `concurrency` included: records finish out of their
+    partition's order, yet each key's counts come one after another."""
+    config = app("tests.support.apps:AwaitingCountPerKey", stores={"counts": {"key_serde": "str"}},
+                 concurrency={"max_in_flight": 16, "order": "key"}, params={"max_wait_ms": 2})  # fmt: skip
+    driver = app_driver(config)
+    driver.pipe_all("in", [(f"k{n % 5}", {"n": n}, None) for n in range(200)])
+    out = driver.read("out")
+    counts: dict[str, list[int]] = {}
+    finished: dict[int, list[int]] = {}
+    for record in out:
+        counts.setdefault(record.key, []).append(record.value["count"])
+        finished.setdefault(record.partition, []).append(record.value["n"])
+    assert counts == {f"k{k}": list(range(1, 41)) for k in range(5)}
+    assert any(ns != sorted(ns) for ns in finished.values())

@@ -67,8 +67,13 @@ def write_partition_checkpoint(
     finally:
         source.close()
         shutil.rmtree(rocksdb_checkpoint, ignore_errors=True)
-    part = PartitionPart(partition=partition, rows=written.rows, checksums=written.checksums,
-                         changelog_offset=offset, input_offsets=input_offsets)  # fmt: skip
+    part = PartitionPart(
+        partition=partition,
+        rows=written.rows,
+        checksums=written.checksums,
+        changelog_offset=offset,
+        input_offsets=input_offsets,
+    )
     target = part_path(snapshot_dir, partition)
     temporary = target.with_name(f".{target.name}.tmp")
     temporary.write_text(part.model_dump_json())
@@ -102,11 +107,18 @@ def assemble(
             raise SnapshotError(f"checkpoint {root}: {path.name} cannot be read: {error}") from error
     written = [PartitionWritten(part.partition, part.rows, part.checksums) for part in parts.values()]
     return finish_snapshot(
-        root, written, app=app, store=store, partitions=partitions, key_serde=key_serde, value_serde=value_serde,
-        changelog_topic=changelog_topic, kind=kind,
+        root,
+        written,
+        app=app,
+        store=store,
+        partitions=partitions,
+        key_serde=key_serde,
+        value_serde=value_serde,
+        changelog_topic=changelog_topic,
+        kind=kind,
         changelog_offsets={partition: part.changelog_offset for partition, part in parts.items()},
         input_offsets={partition: part.input_offsets for partition, part in parts.items()},
-    )  # fmt: skip
+    )
 
 
 def carry_forward(

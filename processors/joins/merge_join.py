@@ -107,8 +107,9 @@ class MergeJoin(MergeProcessor):
             return
         transaction, self.transaction = self.transaction, None
         if transaction is not None:
-            ctx.send(self.output, {"data": record.value, "transaction": transaction}, key=record.key,
-                     headers=record.headers)  # fmt: skip
+            ctx.send(
+                self.output, {"data": record.value, "transaction": transaction}, key=record.key, headers=record.headers
+            )
             return
         if self.unmatched_topic is not None:
             ctx.send(self.unmatched_topic, record.value, key=record.key, headers=record.headers)

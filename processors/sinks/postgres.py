@@ -41,8 +41,14 @@ RETRIES = "database_retries"  # ctx.count name: a write retried after the databa
 MAX_PAUSE_S = 5.0
 # What a database that went away (stopped, restarted, out of reach) raises, or a connection it left broken
 # (asyncpg's InternalClientError: an operation cut off); anything else is the rows' fault.
-GONE = (OSError, asyncio.TimeoutError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError,
-        asyncpg.OperatorInterventionError, asyncpg.InternalClientError)  # fmt: skip
+GONE = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.InternalClientError,
+)
 
 
 def identifier(name: str) -> str:
@@ -157,8 +163,13 @@ class PostgresSink(Processor):
                 break
             except GONE as error:
                 self.ctx.count(RETRIES)
-                log.warning("writing %d rows to %s failed (%r); trying again in %.1fs", len(rows), self.params.table,
-                            error, pause)  # fmt: skip
+                log.warning(
+                    "writing %d rows to %s failed (%r); trying again in %.1fs",
+                    len(rows),
+                    self.params.table,
+                    error,
+                    pause,
+                )
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, MAX_PAUSE_S)
                 if await self._reconnected_and_written():
@@ -169,8 +180,9 @@ class PostgresSink(Processor):
 
     async def _copy(self, rows: list[tuple[Any, ...]]) -> None:
         if self.params.mode == "insert":
-            await self.connection.copy_records_to_table(self.table, records=rows, columns=self.columns,
-                                                        schema_name=self.schema)  # fmt: skip
+            await self.connection.copy_records_to_table(
+                self.table, records=rows, columns=self.columns, schema_name=self.schema
+            )
             return
         await self.connection.copy_records_to_table("sink_rows", records=rows, columns=self.columns)
         await self.connection.execute(self._merge_sql())
@@ -180,8 +192,10 @@ class PostgresSink(Processor):
         keys = ", ".join(identifier(key) for key in self.params.key_columns)
         others = [identifier(c) for c in self.columns if c not in self.params.key_columns]
         action = f"DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in others)}" if others else "DO NOTHING"
-        return (f"INSERT INTO {identifier(self.params.table)} ({columns}) SELECT {columns} FROM sink_rows "
-                f"ON CONFLICT ({keys}) {action}")  # fmt: skip
+        return (
+            f"INSERT INTO {identifier(self.params.table)} ({columns}) SELECT {columns} FROM sink_rows "
+            f"ON CONFLICT ({keys}) {action}"
+        )
 
     async def _reconnected_and_written(self) -> bool:
         """A new connection once the database answers; whether the write being retried was committed after
@@ -212,8 +226,9 @@ class PostgresSink(Processor):
         found = await self.connection.fetch(
             "SELECT column_name, data_type FROM information_schema.columns "
             "WHERE table_schema = coalesce($1, current_schema()) AND table_name = $2",
-            self.schema, self.table,
-        )  # fmt: skip
+            self.schema,
+            self.table,
+        )
         types = {row["column_name"]: row["data_type"] for row in found}
         if not types:
             raise ValueError(f"params.table: table '{self.params.table}' does not exist in {self._where()}")
@@ -227,8 +242,9 @@ class PostgresSink(Processor):
 
     async def _stored_positions(self) -> dict[str, int]:
         sql = positions.read_sql(identifier(self.params.positions_table))
-        return {row["topic"]: row["next_offset"] for row in await self.connection.fetch(sql, self.consumer,
-                                                                                         self.partition)}  # fmt: skip
+        return {
+            row["topic"]: row["next_offset"] for row in await self.connection.fetch(sql, self.consumer, self.partition)
+        }
 
     def _key_getter(self) -> Callable[[tuple[Any, ...]], Any]:
         indexes = [self.columns.index(key) for key in self.params.key_columns]

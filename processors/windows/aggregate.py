@@ -76,8 +76,7 @@ class Aggregate(Processor):
         if late is not None:
             ctx.count("late_records")
             if self.late_topic is not None:
-                ctx.send(self.late_topic, record.value, key=record.key,
-                         headers=late_headers(record, late, stream_time))  # fmt: skip
+                ctx.send(self.late_topic, record.value, key=record.key, headers=late_headers(record, late, stream_time))
         if stream_time > previous:
             for result in self.windowing.close(previous, stream_time):
                 self._send(result, ctx)

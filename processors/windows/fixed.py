@@ -74,12 +74,15 @@ class FixedWindows:
         earliest, latest = since - lead + 1, stream_time - lead
         self._checked_to, self._next_close = stream_time, latest - latest % step + step + lead
         size = self._size
-        return [WindowResult(key, start, start + size, aggregate) for key, start, aggregate in
-                self._store.take_all(earliest, latest)]  # fmt: skip
+        return [
+            WindowResult(key, start, start + size, aggregate)
+            for key, start, aggregate in self._store.take_all(earliest, latest)
+        ]
 
     def take_updates(self) -> list[WindowResult]:
         size = self._size
-        updates = [WindowResult(key, start, start + size, aggregate) for (_, start), (key, aggregate) in
-                   self._updates.items()]  # fmt: skip
+        updates = [
+            WindowResult(key, start, start + size, aggregate) for (_, start), (key, aggregate) in self._updates.items()
+        ]
         self._updates.clear()
         return updates

@@ -62,7 +62,8 @@ class SessionWindows:
 
     def take_updates(self) -> list[WindowResult]:
         """A session merged into another is not announced: the merged session's update covers it."""
-        updates = [WindowResult(key, start, end, aggregate) for (_, start, end), (key, aggregate) in
-                   self._updates.items()]  # fmt: skip
+        updates = [
+            WindowResult(key, start, end, aggregate) for (_, start, end), (key, aggregate) in self._updates.items()
+        ]
         self._updates.clear()
         return updates

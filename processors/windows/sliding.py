@@ -77,8 +77,9 @@ class SlidingWindows:
         # Left windows [t - d, t] close at t + 1 + grace; right windows [t + 1, t + 1 + d] at t + d + 2 + grace.
         for key, timestamp, _ in self._store.fetch_all(previous - grace, stream_time - grace - 1):
             closed[(hashable(key), timestamp - difference)] = key
-        for key, timestamp, _ in self._store.fetch_all(previous - difference - grace - 1,
-                                                       stream_time - difference - grace - 2):  # fmt: skip
+        for key, timestamp, _ in self._store.fetch_all(
+            previous - difference - grace - 1, stream_time - difference - grace - 2
+        ):
             closed[(hashable(key), timestamp + 1)] = key
         results = []
         for (_, start), key in sorted(closed.items(), key=lambda item: item[0][1]):

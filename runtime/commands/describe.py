@@ -114,10 +114,14 @@ def topology(app: AppConfig) -> Topology:
         for topic, store in changelog_topics(app).items()
     ]
     internal += [
-        InternalTopic(p.repartition_topic, f"repartition: the inputs of {p.name}, re-keyed (purged once read)",
-                      app.topics[p.repartition_topic].partitions)
-        for p in app.processors if p.repartition_topic is not None
-    ]  # fmt: skip
+        InternalTopic(
+            p.repartition_topic,
+            f"repartition: the inputs of {p.name}, re-keyed (purged once read)",
+            app.topics[p.repartition_topic].partitions,
+        )
+        for p in app.processors
+        if p.repartition_topic is not None
+    ]
     dead_letters = ErrorPolicy.DEAD_LETTER in (app.errors.deserialization, app.errors.processing) or any(
         spec.errors == "dead_letter" for spec in app.global_stores.values()
     )
@@ -149,11 +153,15 @@ def render(topology: Topology) -> str:
         each = " each, co-partitioned" if processor.co_partitioned else ""
         lines.append(f"  reads   {inputs}: {_count(processor.tasks, 'partition')}{each}")
         for broadcast in processor.broadcast:
-            lines.append(f"  reads   {broadcast.topic}{_peers('from', broadcast.written_by)}: broadcast, every task "
-                         f"reads its {_count(broadcast.partitions, 'partition')} at its own position")  # fmt: skip
+            lines.append(
+                f"  reads   {broadcast.topic}{_peers('from', broadcast.written_by)}: broadcast, every task "
+                f"reads its {_count(broadcast.partitions, 'partition')} at its own position"
+            )
         for table in processor.tables:
-            lines.append(f"  table   {table.topic} into store {table.store} ({table.backend}), co-partitioned; "
-                         "the topic is its changelog")  # fmt: skip
+            lines.append(
+                f"  table   {table.topic} into store {table.store} ({table.backend}), co-partitioned; "
+                "the topic is its changelog"
+            )
         for output in processor.outputs:
             lines.append(f"  writes  {output.topic}{_peers('to', output.read_by)}")
         for store in processor.stores:

@@ -49,9 +49,9 @@ def topic_serdes(app: AppConfig | None, topic: str, key_serde: str | None, value
     """Avro and JSON Schema topics use the app's schema registry and the topic's schema files."""
     key, value = declared_serdes(app, topic)
     declared = app.topics.get(topic) if app is not None else None
-    schemas: tuple[Path | None, Path | None] = (None, None) if declared is None else (
-        declared.key_schema, declared.value_schema
-    )  # fmt: skip
+    schemas: tuple[Path | None, Path | None] = (
+        (None, None) if declared is None else (declared.key_schema, declared.value_schema)
+    )
     registry = registry_client(app)
     return TopicSerdes(
         serde_for(key_serde or key, topic, "key", schemas[0], registry),

@@ -182,8 +182,10 @@ class AppConfig(Strict):
             if follower.topic not in self.topics:
                 raise ValueError(f"table_followers.{name}.topic: topic '{follower.topic}' is not declared under topics")
             if "compact" not in self.topics[follower.topic].cleanup_policy:
-                raise ValueError(f"table_followers.{name}.topic: topic '{follower.topic}' is not compacted "
-                                 "(cleanup_policy: compact): it keeps each row's latest version")  # fmt: skip
+                raise ValueError(
+                    f"table_followers.{name}.topic: topic '{follower.topic}' is not compacted "
+                    "(cleanup_policy: compact): it keeps each row's latest version"
+                )
         for name in self.global_stores:
             if not re.match(NAME, name):
                 raise ValueError(f"global_stores.{name}: the name may only use letters, digits, '_' and '-'")
@@ -211,15 +213,18 @@ class AppConfig(Strict):
             if topic in self.topics:
                 raise ValueError(f"processors[{index}].repartition: the topic {topic} is declared under topics")
             partitions = processor.repartition.partitions or self.topics[processor.inputs[0]].partitions
-            self.topics[topic] = TopicConfig(partitions=partitions, key_serde=processor.repartition.key_serde,
-                                             value_serde="msgpack")  # fmt: skip
-            stage = ProcessorConfig.model_validate({
-                "name": f"{processor.name}-repartition",
-                "class": "processors.repartition:Rekey",
-                "inputs": processor.inputs,
-                "outputs": [topic],
-                "params": {"key": processor.repartition.key, "output": topic},
-            })  # fmt: skip
+            self.topics[topic] = TopicConfig(
+                partitions=partitions, key_serde=processor.repartition.key_serde, value_serde="msgpack"
+            )
+            stage = ProcessorConfig.model_validate(
+                {
+                    "name": f"{processor.name}-repartition",
+                    "class": "processors.repartition:Rekey",
+                    "inputs": processor.inputs,
+                    "outputs": [topic],
+                    "params": {"key": processor.repartition.key, "output": topic},
+                }
+            )
             self.processors[index] = processor.reading_repartition(topic)
             self.processors.insert(index, stage)
 

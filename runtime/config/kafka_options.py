@@ -55,8 +55,11 @@ def _parameters(constructor: type) -> dict[str, inspect.Parameter]:
 _ACCEPTED = {client: _parameters(constructor) for client, constructor in _CONSTRUCTORS.items()}
 # kafka.client goes to every client, so it may only hold what all of them accept.
 _SHARED = set.intersection(*(set(parameters) for parameters in _ACCEPTED.values()))
-_EXPLAINED = {"kafka.client": "every aiokafka client", "kafka.consumer": "aiokafka's consumer",
-              "kafka.producer": "aiokafka's producer"}  # fmt: skip
+_EXPLAINED = {
+    "kafka.client": "every aiokafka client",
+    "kafka.consumer": "aiokafka's consumer",
+    "kafka.producer": "aiokafka's producer",
+}
 
 
 def _expected_type(name: str) -> type | None:

@@ -28,8 +28,9 @@ class OutboxConfig(BaseModel):
     poll_interval_ms: int = Field(default=100, ge=1)
     delete_shipped: bool = False
 
-    @field_validator("table", "id_column", "topic_column", "key_column", "value_column", "headers_column",
-                     "created_column")  # fmt: skip
+    @field_validator(
+        "table", "id_column", "topic_column", "key_column", "value_column", "headers_column", "created_column"
+    )
     @classmethod
     def _a_name(cls, name: str | None) -> str | None:
         if name is not None and not IDENTIFIER.match(name):

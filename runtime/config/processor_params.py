@@ -23,9 +23,13 @@ def _processor_class(info: ValidationInfo) -> type[Processor] | None:
 
 def _context(info: ValidationInfo) -> dict[str, Any]:
     """What a `Params` model may check its fields against."""
-    return {"name": info.data.get("name"), "inputs": info.data.get("inputs", []),
-            "broadcast": info.data.get("broadcast", []), "outputs": info.data.get("outputs", []),
-            "tables": list(info.data.get("tables", {}))}  # fmt: skip
+    return {
+        "name": info.data.get("name"),
+        "inputs": info.data.get("inputs", []),
+        "broadcast": info.data.get("broadcast", []),
+        "outputs": info.data.get("outputs", []),
+        "tables": list(info.data.get("tables", {})),
+    }
 
 
 def checked_params(params: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:

@@ -137,8 +137,10 @@ class ProcessorConfig(Strict):
         if self.chooses_records:
             raise ValueError("concurrency: a merge processor chooses its records one at a time; it takes none")
         if self.tables:
-            raise ValueError("concurrency: a processor with tables processes its records one at a time, in "
-                             "timestamp order with the tables' updates")  # fmt: skip
+            raise ValueError(
+                "concurrency: a processor with tables processes its records one at a time, in "
+                "timestamp order with the tables' updates"
+            )
         return self
 
     @model_validator(mode="after")

@@ -56,11 +56,15 @@ def resolve_jars() -> Path:
     libs.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="libs-", dir=libs.parent))
     command = [
-        mvn, "-q", "-B", "-f", str(pom_path()),
+        mvn,
+        "-q",
+        "-B",
+        "-f",
+        str(pom_path()),
         "dependency:copy-dependencies",
         f"-DoutputDirectory={staging}",
         "-DincludeScope=runtime",
-    ]  # fmt: skip
+    ]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)

@@ -80,16 +80,36 @@ class LocalPostgres:
         """Make the cluster if there is none, then start the server and wait until it takes connections."""
         self._make_cluster()
         options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data_dir} -c max_connections=200"
-        command = [str(server_binaries() / "pg_ctl"), "start", "-w", "-t", str(int(timeout)), "-D",
-                   str(self.data_dir), "-l", str(self.log_file), "-o", options]  # fmt: skip
+        command = [
+            str(server_binaries() / "pg_ctl"),
+            "start",
+            "-w",
+            "-t",
+            str(int(timeout)),
+            "-D",
+            str(self.data_dir),
+            "-l",
+            str(self.log_file),
+            "-o",
+            options,
+        ]
         done = self._run(command, check=False)
         if done.returncode != 0:
             raise DevPostgresError(f"PostgreSQL did not start: {done.stdout}{done.stderr}\n{self.log_tail()}")
 
     def stop(self, timeout: float = 30.0) -> None:
         if (self.data_dir / "postmaster.pid").exists():
-            command = [str(server_binaries() / "pg_ctl"), "stop", "-w", "-t", str(int(timeout)), "-m", "fast",
-                       "-D", str(self.data_dir)]  # fmt: skip
+            command = [
+                str(server_binaries() / "pg_ctl"),
+                "stop",
+                "-w",
+                "-t",
+                str(int(timeout)),
+                "-m",
+                "fast",
+                "-D",
+                str(self.data_dir),
+            ]
             self._run(command, check=False)
 
     def running(self) -> bool:
@@ -113,8 +133,17 @@ class LocalPostgres:
         if user is not None:
             shutil.chown(self.data_dir, user, user)
             shutil.chown(self.data_dir.parent, user, user)
-        command = [str(server_binaries() / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER, "--auth=trust",
-                   "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions"]  # fmt: skip
+        command = [
+            str(server_binaries() / "initdb"),
+            "-D",
+            str(self.data_dir),
+            "-U",
+            SUPERUSER,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C.UTF-8",
+            "--no-instructions",
+        ]
         done = self._run(command, check=False)
         if done.returncode != 0:
             raise DevPostgresError(f"initdb failed: {done.stdout}{done.stderr}")

@@ -91,8 +91,7 @@ class GlobalStore:
             except StoreLocked:
                 continue  # another worker process on this machine has this copy
             except StoreCorrupted as error:
-                log.warning("global store %s at %s is damaged (%s): reading it again from the topic",
-                            name, path, error)  # fmt: skip
+                log.warning("global store %s at %s is damaged (%s): reading it again from the topic", name, path, error)
                 wipe(path)
                 backend = open_backend("rocksdb", path)
             return cls(name, spec, backend, path, on_failures)

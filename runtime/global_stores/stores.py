@@ -115,8 +115,12 @@ class GlobalStores:
             await self._poll(BOOTSTRAP_POLL_MS)
         self.bootstrap_seconds = time.monotonic() - started
         self._counters.global_bootstrap_seconds = self.bootstrap_seconds
-        log.info("global stores %s ready: %d records read in %.2fs", sorted(self._stores),
-                 self._applied() - applied_before, self.bootstrap_seconds)  # fmt: skip
+        log.info(
+            "global stores %s ready: %d records read in %.2fs",
+            sorted(self._stores),
+            self._applied() - applied_before,
+            self.bootstrap_seconds,
+        )
 
     async def follow(self) -> None:
         """Apply new records as they come, until cancelled; a failure to write a store ends the worker."""
@@ -151,8 +155,15 @@ class GlobalStores:
             for tp, readers in self._readers.items():
                 offset = store.next_offset(tp.partition) if store in readers else None
                 if offset is not None and not beginnings[tp] <= offset <= self._ends[tp]:
-                    log.warning("global store %s claims offset %d of %s[%d], outside %d..%d: reading it again",
-                                store.name, offset, tp.topic, tp.partition, beginnings[tp], self._ends[tp])  # fmt: skip
+                    log.warning(
+                        "global store %s claims offset %d of %s[%d], outside %d..%d: reading it again",
+                        store.name,
+                        offset,
+                        tp.topic,
+                        tp.partition,
+                        beginnings[tp],
+                        self._ends[tp],
+                    )
                     store.wipe()
                     break
 
@@ -168,13 +179,22 @@ class GlobalStores:
             return
         manifest, topic = snapshot.manifest, store.spec.topic
         try:
-            validate(manifest, self._config.app_id, store.name, partitions, store.spec.key_serde,
-                     store.spec.value_serde, topic)  # fmt: skip
+            validate(
+                manifest,
+                self._config.app_id,
+                store.name,
+                partitions,
+                store.spec.key_serde,
+                store.spec.value_serde,
+                topic,
+            )
             for partition in range(partitions):
                 end = self._ends[TopicPartition(topic, partition)]
                 if manifest.offset(partition) > end:
-                    raise SnapshotMismatch(f"it covers {topic}[{partition}] up to offset {manifest.offset(partition)}, "
-                                           f"but the topic ends at {end} (was the topic recreated?)")  # fmt: skip
+                    raise SnapshotMismatch(
+                        f"it covers {topic}[{partition}] up to offset {manifest.offset(partition)}, "
+                        f"but the topic ends at {end} (was the topic recreated?)"
+                    )
         except SnapshotMismatch as error:
             raise SnapshotMismatch(
                 f"global store {store.name}: refusing snapshot {snapshot.directory}: {error}"
@@ -194,8 +214,14 @@ class GlobalStores:
         self._counters.snapshot_ingests += 1
         self._counters.snapshot_rows += rows
         self._counters.snapshot_seconds += elapsed
-        log.info("ingested snapshot into global store %s: %d rows in %.2fs, reading %s from offsets %s",
-                 store.name, rows, elapsed, topic, dict(manifest.changelog_offsets))  # fmt: skip
+        log.info(
+            "ingested snapshot into global store %s: %d rows in %.2fs, reading %s from offsets %s",
+            store.name,
+            rows,
+            elapsed,
+            topic,
+            dict(manifest.changelog_offsets),
+        )
 
     async def _poll(self, timeout_ms: int) -> None:
         consumer = self._consumer
@@ -238,8 +264,11 @@ class GlobalStores:
                 group_ranges = {tp.partition: ranges[tp] for tp in group}
                 job = ReaderJob(options, group[0].topic, group_ranges, stores, SST_RECORDS)
                 readers.append(await ReaderProcess.start(job))
-            log.info("global stores: %d reader processes read %d records", len(readers),
-                     sum(end - start for start, end in ranges.values()))  # fmt: skip
+            log.info(
+                "global stores: %d reader processes read %d records",
+                len(readers),
+                sum(end - start for start, end in ranges.values()),
+            )
             applying = [asyncio.create_task(self._apply_from(reader)) for reader in readers]
             await asyncio.gather(*applying)
         finally:

@@ -127,12 +127,18 @@ class StoreCheckpoints:
 
     def _due(self) -> list[Due]:
         now = self._now_ms()
-        due = [Due(checkpoint_name(now - now % snapshots.every), snapshots)
-               for snapshots in self._locations.values() if snapshots.every is not None]  # fmt: skip
+        due = [
+            Due(checkpoint_name(now - now % snapshots.every), snapshots)
+            for snapshots in self._locations.values()
+            if snapshots.every is not None
+        ]
         if time.monotonic() - self._listed_at >= LISTING_S:
             self._listed_at = time.monotonic()
-            self._requested = [Due(request.name, snapshots) for location, snapshots in self._locations.items()
-                               for request in sorted(requests_dir(location).glob("*"))]  # fmt: skip
+            self._requested = [
+                Due(request.name, snapshots)
+                for location, snapshots in self._locations.items()
+                for request in sorted(requests_dir(location).glob("*"))
+            ]
         due += self._requested
         names = {each.name for each in due}
         self._taken = {taken for taken in self._taken if taken[2] in names}  # those no longer due are done
@@ -151,28 +157,54 @@ class StoreCheckpoints:
         self._writing.add(writing)
         writing.add_done_callback(self._writing.discard)
 
-    async def _write(self, entry: TaskStore, due: Due, directory: Path, copy: Path, partition: int,
-                     inputs: dict[str, int], started: float) -> None:  # fmt: skip
+    async def _write(
+        self,
+        entry: TaskStore,
+        due: Due,
+        directory: Path,
+        copy: Path,
+        partition: int,
+        inputs: dict[str, int],
+        started: float,
+    ) -> None:
         try:
             part = await asyncio.to_thread(write_partition_checkpoint, copy, directory, partition, inputs)
-            log.info("checkpoint %s of store %s partition %d: %d rows in %.2fs", due.name, entry.name, partition,
-                     part.rows, time.monotonic() - started)  # fmt: skip
+            log.info(
+                "checkpoint %s of store %s partition %d: %d rows in %.2fs",
+                due.name,
+                entry.name,
+                partition,
+                part.rows,
+                time.monotonic() - started,
+            )
             manifest = await asyncio.to_thread(self._assemble, entry, directory)
         except Exception as error:  # a checkpoint is worth a warning, not the worker
             log.warning("checkpoint %s of store %s partition %d failed: %r", due.name, entry.name, partition, error)
             shutil.rmtree(copy, ignore_errors=True)
             return
         if manifest is not None:
-            log.info("checkpoint %s of store %s complete: %d rows in %d partitions", due.name, entry.name,
-                     sum(manifest.row_counts.values()), manifest.partitions)  # fmt: skip
+            log.info(
+                "checkpoint %s of store %s complete: %d rows in %d partitions",
+                due.name,
+                entry.name,
+                sum(manifest.row_counts.values()),
+                manifest.partitions,
+            )
             await asyncio.to_thread(prune, directory.parent, due.snapshots.keep)
 
     def _assemble(self, entry: TaskStore, directory: Path) -> Manifest | None:
         assert entry.changelog is not None
         spec = entry.spec
-        return assemble(directory, app=self._config.app_id, store=entry.name, partitions=self._partitions(entry.name),
-                        key_serde=spec.key_serde, value_serde=spec.value_serde, changelog_topic=entry.changelog.topic,
-                        kind=spec.kind)  # fmt: skip
+        return assemble(
+            directory,
+            app=self._config.app_id,
+            store=entry.name,
+            partitions=self._partitions(entry.name),
+            key_serde=spec.key_serde,
+            value_serde=spec.value_serde,
+            changelog_topic=entry.changelog.topic,
+            kind=spec.kind,
+        )
 
     def _partitions(self, store: str) -> int:
         """The store's partition count: its processor's inputs'."""

@@ -50,9 +50,15 @@ async def replay_command(cluster: Cluster, args: argparse.Namespace, out: TextIO
     write = await _writer(cluster, args, serdes, out)
     consumer = cluster.consumer(group_id=None, isolation_level="read_committed")
     await consumer.start()
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("{task.fields[matched]:,} matched"), transient=True, disable=args.no_progress,
-                   console=None)  # fmt: skip
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[matched]:,} matched"),
+        transient=True,
+        disable=args.no_progress,
+        console=None,
+    )
     task = bar.add_task(f"{args.topic}[{partition}]", total=None, matched=0)
 
     def show(done: Done) -> None:

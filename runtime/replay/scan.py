@@ -163,8 +163,10 @@ async def _check_not_gone(
         return
     if oldest is None:
         if span.beginning >= span.end:
-            raise RangeGone(f"{tp.topic}[{tp.partition}] holds no records any more (retention deleted "
-                            f"offsets 0 to {span.beginning - 1})")  # fmt: skip
+            raise RangeGone(
+                f"{tp.topic}[{tp.partition}] holds no records any more (retention deleted "
+                f"offsets 0 to {span.beginning - 1})"
+            )
         consumer.assign([tp])
         consumer.seek(tp, span.beginning)
         batch = (await consumer.getmany(tp, timeout_ms=FETCH_MS, max_records=1)).get(tp, [])

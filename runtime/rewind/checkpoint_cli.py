@@ -31,8 +31,10 @@ examples:
 def request(app: AppConfig, timeout_s: float) -> int:
     stores = checkpointed_stores(app)
     if not stores:
-        raise CommandFailed("no store takes checkpoints: give the app (or a store) `snapshots: {location: DIR}`, "
-                            "and stores in RocksDB with a changelog")  # fmt: skip
+        raise CommandFailed(
+            "no store takes checkpoints: give the app (or a store) `snapshots: {location: DIR}`, "
+            "and stores in RocksDB with a changelog"
+        )
     name = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     requests = {requests_dir(store.snapshots.location) / name for store in stores}
     for path in requests:
@@ -42,8 +44,10 @@ def request(app: AppConfig, timeout_s: float) -> int:
     try:
         while not any(found.name == name for found in checkpoints(app)):
             if time.monotonic() > deadline:
-                raise CommandFailed(f"checkpoint {name} was not complete after {timeout_s:.0f} s: is every worker "
-                                    "of the app running? (the request stays until this command ends)")  # fmt: skip
+                raise CommandFailed(
+                    f"checkpoint {name} was not complete after {timeout_s:.0f} s: is every worker "
+                    "of the app running? (the request stays until this command ends)"
+                )
             time.sleep(0.2)
     finally:
         for path in requests:
@@ -55,8 +59,10 @@ def request(app: AppConfig, timeout_s: float) -> int:
 def listing(app: AppConfig) -> int:
     for found in checkpoints(app):
         rows = sum(sum(manifest.row_counts.values()) for manifest in found.manifests.values())
-        print(f"{found.name}  {len(found.manifests)} store{'s' if len(found.manifests) > 1 else ''}, {rows:,} rows",
-              file=sys.stdout)  # fmt: skip
+        print(
+            f"{found.name}  {len(found.manifests)} store{'s' if len(found.manifests) > 1 else ''}, {rows:,} rows",
+            file=sys.stdout,
+        )
     return 0
 
 

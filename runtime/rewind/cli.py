@@ -63,14 +63,18 @@ class RewindPlan:
     corrections: dict[TopicPartition, list[Correction]] = field(default_factory=dict)
 
     def describe(self) -> str:
-        lines = [f"rewind consumer group {self.group} to checkpoint {self.checkpoint.name} "
-                 f"(created {self.checkpoint.created_at.isoformat(timespec='seconds')})"]  # fmt: skip
+        lines = [
+            f"rewind consumer group {self.group} to checkpoint {self.checkpoint.name} "
+            f"(created {self.checkpoint.created_at.isoformat(timespec='seconds')})"
+        ]
         for tp, (now, new) in sorted(self.offsets.items()):
             lines.append(f"  {tp.topic}[{tp.partition}]  {'none' if now is None else now} -> {new}")
         for tp, records in sorted(self.corrections.items()):
             tombstones = sum(1 for _, value in records if value is None)
-            lines.append(f"  changelog {tp.topic}[{tp.partition}]: {len(records)} keys changed since, set back "
-                         f"({tombstones} of them deleted)")  # fmt: skip
+            lines.append(
+                f"  changelog {tp.topic}[{tp.partition}]: {len(records)} keys changed since, set back "
+                f"({tombstones} of them deleted)"
+            )
         if not self.corrections:
             lines.append("  the changelogs already agree with the checkpoint")
         return "\n".join(lines)
@@ -119,8 +123,11 @@ async def plan(cluster: Cluster, app: AppConfig, checkpoint: AppCheckpoint) -> R
         partitions = [TopicPartition(topic, p) for topic in inputs if topic in counts for p in range(counts[topic])]
         covered = checkpoint.input_offsets()
         beginnings = await consumer.beginning_offsets(list(covered)) if covered else {}
-        gone = [f"{tp.topic}[{tp.partition}] starts at {beginnings[tp]}, the checkpoint at {offset}"
-                for tp, offset in covered.items() if offset < beginnings[tp]]  # fmt: skip
+        gone = [
+            f"{tp.topic}[{tp.partition}] starts at {beginnings[tp]}, the checkpoint at {offset}"
+            for tp, offset in covered.items()
+            if offset < beginnings[tp]
+        ]
         if gone:
             raise CommandFailed(f"checkpoint {checkpoint.name} needs input that retention deleted: " + "; ".join(gone))
         rest = [tp for tp in partitions if tp not in covered]
@@ -202,8 +209,9 @@ def _app(cluster: Cluster) -> AppConfig:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = command_parser("rewind", "Take a stopped app back to one of its checkpoints, to process its inputs "
-                            "again from there.", EPILOG)  # fmt: skip
+    parser = command_parser(
+        "rewind", "Take a stopped app back to one of its checkpoints, to process its inputs again from there.", EPILOG
+    )
     parser.add_argument("app", type=Path, help="the app's YAML file")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--to", metavar="CHECKPOINT", help="a checkpoint's name (python -m runtime checkpoint --list)")

@@ -46,8 +46,16 @@ class PollingSource(ABC):
         self._what = f"{section}.{name}"
         self._batch_size, self._pause_s = batch_size, poll_interval_ms / 1000
         self._database = Database(found, self._what)
-        self._shipper = Shipper(name, position_topic, position_topic.removesuffix("-position"), clients,
-                                partition_counts, counters, limits, app.transaction_timeout_ms)  # fmt: skip
+        self._shipper = Shipper(
+            name,
+            position_topic,
+            position_topic.removesuffix("-position"),
+            clients,
+            partition_counts,
+            counters,
+            limits,
+            app.transaction_timeout_ms,
+        )
 
     async def run(self) -> None:
         await self._shipper.start()

@@ -50,8 +50,9 @@ class Shipper:
         self._counters = counters
         self._limits = limits
         self._timeout_ms = transaction_timeout_ms
-        self._producer = clients.producer(transactional_id=transactional_id, client_id=transactional_id,
-                                          transaction_timeout_ms=transaction_timeout_ms)  # fmt: skip
+        self._producer = clients.producer(
+            transactional_id=transactional_id, client_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms
+        )
         self._outputs = Outputs(self._producer, self._counts, counters, limits)
 
     def knows(self, topic: str) -> bool:
@@ -80,8 +81,9 @@ class Shipper:
             self._outputs.discard()
             raise
         except KafkaError as error:
-            log.warning("%s: shipping %d records failed (%r); aborted, to be shipped again", self.name, len(records),
-                        error)  # fmt: skip
+            log.warning(
+                "%s: shipping %d records failed (%r); aborted, to be shipped again", self.name, len(records), error
+            )
             self._outputs.discard()
             with contextlib.suppress(KafkaError):
                 await self._producer.abort_transaction()

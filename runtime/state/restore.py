@@ -86,8 +86,14 @@ class ChangelogRestorer:
             stored = entry.store.changelog_offset()
             if stored is not None and not start <= stored <= end:
                 # Ahead of the changelog (it was recreated), or behind its start (deletes may be gone).
-                log.warning("store %s partition %d claims changelog offset %d outside %d..%d: rebuilding it",
-                            entry.name, tp.partition, stored, start, end)  # fmt: skip
+                log.warning(
+                    "store %s partition %d claims changelog offset %d outside %d..%d: rebuilding it",
+                    entry.name,
+                    tp.partition,
+                    stored,
+                    start,
+                    end,
+                )
                 state.rebuild(entry.name)
                 stored = None
             partitions = len(consumer.partitions_for_topic(tp.topic) or ())
@@ -108,8 +114,13 @@ class ChangelogRestorer:
         self._counters.restore_remaining += total
         self.partitions[(tp.topic, tp.partition)] = (0, total)
         started = last_report = time.monotonic()
-        log.info("restoring store %s partition %d from its changelog: offsets %d..%d", entry.name, tp.partition,
-                 position, end)  # fmt: skip
+        log.info(
+            "restoring store %s partition %d from its changelog: offsets %d..%d",
+            entry.name,
+            tp.partition,
+            position,
+            end,
+        )
         bar = self._progress.start(f"restoring {entry.name}[{tp.partition}]", total)
         try:
             while position < end:
@@ -125,13 +136,25 @@ class ChangelogRestorer:
                 now = time.monotonic()
                 if now - last_report >= PROGRESS_EVERY_S:
                     last_report = now
-                    log.info("restoring store %s partition %d: %d/%d records (%.0f/s)", entry.name, tp.partition,
-                             done, total, done / (now - started))  # fmt: skip
+                    log.info(
+                        "restoring store %s partition %d: %d/%d records (%.0f/s)",
+                        entry.name,
+                        tp.partition,
+                        done,
+                        total,
+                        done / (now - started),
+                    )
         finally:
             self._progress.finish(bar)
             self._counters.restore_remaining -= total - done
             self.partitions[(tp.topic, tp.partition)] = (done, 0)
         elapsed = time.monotonic() - started
-        log.info("restored store %s partition %d: %d records in %.2fs (%.0f/s)", entry.name, tp.partition, done,
-                 elapsed, done / elapsed if elapsed else 0.0)  # fmt: skip
+        log.info(
+            "restored store %s partition %d: %d records in %.2fs (%.0f/s)",
+            entry.name,
+            tp.partition,
+            done,
+            elapsed,
+            done / elapsed if elapsed else 0.0,
+        )
         return done

@@ -24,10 +24,14 @@ class RestoreProgress:
             return None
         if self._progress is None:
             self._progress = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[unit]}"), TimeRemainingColumn(),
-                console=self._console, transient=True,
-            )  # fmt: skip
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[unit]}"),
+                TimeRemainingColumn(),
+                console=self._console,
+                transient=True,
+            )
             self._progress.start()
         self._active += 1
         return self._progress.add_task(description, total=total, unit=unit)

@@ -45,8 +45,16 @@ class SnapshotIngest:
             return stored
         manifest = snapshot.manifest
         try:
-            validate(manifest, state.app_id, entry.name, partitions, entry.spec.key_serde, entry.spec.value_serde,
-                     tp.topic, entry.spec.kind)  # fmt: skip
+            validate(
+                manifest,
+                state.app_id,
+                entry.name,
+                partitions,
+                entry.spec.key_serde,
+                entry.spec.value_serde,
+                tp.topic,
+                entry.spec.kind,
+            )
         except SnapshotMismatch as error:
             raise SnapshotMismatch(f"store {entry.name}: refusing snapshot {snapshot.directory}: {error}") from None
         offset = manifest.offset(tp.partition)
@@ -57,8 +65,14 @@ class SnapshotIngest:
                 "(was the changelog recreated?)"
             )
         if stored is not None and stored >= offset:
-            log.info("store %s partition %d is at changelog offset %d, not behind snapshot %s (offset %d): keeping it",
-                     entry.name, tp.partition, stored, snapshot.directory, offset)  # fmt: skip
+            log.info(
+                "store %s partition %d is at changelog offset %d, not behind snapshot %s (offset %d): keeping it",
+                entry.name,
+                tp.partition,
+                stored,
+                snapshot.directory,
+                offset,
+            )
             return stored
         await self._ingest(state, entry, tp.partition, snapshot)
         return offset
@@ -66,8 +80,14 @@ class SnapshotIngest:
     async def _ingest(self, state: TaskState, entry: TaskStore, partition: int, snapshot: Snapshot) -> None:
         rows = snapshot.manifest.row_counts.get(partition, 0)
         offset = snapshot.manifest.offset(partition)
-        log.info("ingesting snapshot %s into store %s partition %d: %d rows up to changelog offset %d",
-                 snapshot.directory, entry.name, partition, rows, offset)  # fmt: skip
+        log.info(
+            "ingesting snapshot %s into store %s partition %d: %d rows up to changelog offset %d",
+            snapshot.directory,
+            entry.name,
+            partition,
+            rows,
+            offset,
+        )
         backend = entry.backend
         if not isinstance(backend, RocksDBBackend):
             raise SnapshotError(f"store {entry.name} is not a RocksDB store: snapshots cannot be ingested into it")
@@ -91,5 +111,11 @@ class SnapshotIngest:
         self._counters.snapshot_ingests += 1
         self._counters.snapshot_rows += rows
         self._counters.snapshot_seconds += elapsed
-        log.info("ingested snapshot into store %s partition %d: %d rows in %.2fs (%.0f/s)", entry.name, partition,
-                 rows, elapsed, rows / elapsed if elapsed else 0.0)  # fmt: skip
+        log.info(
+            "ingested snapshot into store %s partition %d: %d rows in %.2fs (%.0f/s)",
+            entry.name,
+            partition,
+            rows,
+            elapsed,
+            rows / elapsed if elapsed else 0.0,
+        )

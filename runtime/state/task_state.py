@@ -131,8 +131,12 @@ class TaskState:
                 try:
                     return open_backend(kind, path)
                 except StoreCorrupted as error:
-                    log.warning("store %s partition %d is damaged (%s): wiping it to rebuild from its changelog",
-                                name, self.partition, error)  # fmt: skip
+                    log.warning(
+                        "store %s partition %d is damaged (%s): wiping it to rebuild from its changelog",
+                        name,
+                        self.partition,
+                        error,
+                    )
                     wipe(path)
                     return open_backend(kind, path)
             except StoreLocked:

@@ -47,8 +47,20 @@ def assemble_task(
         store = spec.broadcast_positions_store
         client_id = f"{config.app_id}-{task_id.processor}-{task_id.partition}-broadcast"
         broadcast = services.broadcast.reader(spec.broadcast, lambda: state.stores[store].store, client_id)
-    return build_task(task_id, processor, config.app_id, spec.params, frozenset(spec.outputs), inputs, outputs,
-                      services, end_offsets, state, broadcast, spec.concurrency)  # fmt: skip
+    return build_task(
+        task_id,
+        processor,
+        config.app_id,
+        spec.params,
+        frozenset(spec.outputs),
+        inputs,
+        outputs,
+        services,
+        end_offsets,
+        state,
+        broadcast,
+        spec.concurrency,
+    )
 
 
 def construct(spec: ProcessorConfig, task_id: TaskId) -> Processor:
@@ -77,7 +89,16 @@ def build_task(
     concurrency: ConcurrencyConfig | None = None,
 ) -> Task:
     context = TaskContext(
-        app_id, task_id.processor, task_id.partition, params, outputs_allowed, services.serdes, services.global_stores,
-        state, outputs.limits, services.counters, services.clock,
-    )  # fmt: skip
+        app_id,
+        task_id.processor,
+        task_id.partition,
+        params,
+        outputs_allowed,
+        services.serdes,
+        services.global_stores,
+        state,
+        outputs.limits,
+        services.counters,
+        services.clock,
+    )
     return Task(task_id, processor, context, inputs, outputs, services, end_offsets, state, broadcast, concurrency)

@@ -124,8 +124,7 @@ class InFlight:
         to the shutdown timeout, then takes no part in the commit: what is in flight is abandoned."""
         if await self.drain(timeout_s):
             return True
-        log.error("task %s: %d records still in flight after %.0fs; they stay uncommitted", task, self.count,
-                  timeout_s)  # fmt: skip
+        log.error("task %s: %d records still in flight after %.0fs; they stay uncommitted", task, self.count, timeout_s)
         self.abandon()
         return False
 

@@ -86,8 +86,14 @@ class RecordLoop:
         if concurrency is not None and concurrency.concurrent:
             metrics = services.telemetry.metrics
             on_wait = (lambda ms: metrics.record_key_wait(ms, name)) if metrics.enabled else None
-            self.in_flight = InFlight(concurrency.max_in_flight, concurrency.order is ConcurrencyOrder.KEY,
-                                      self._process_in_flight, on_finish, on_failure, on_wait)  # fmt: skip
+            self.in_flight = InFlight(
+                concurrency.max_in_flight,
+                concurrency.order is ConcurrencyOrder.KEY,
+                self._process_in_flight,
+                on_finish,
+                on_failure,
+                on_wait,
+            )
 
     async def process(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
         """Process `records` of `tp` in order; returns those left for later when interrupted."""
@@ -265,8 +271,9 @@ class RecordLoop:
                 if result is not None and (self._is_async or inspect.isawaitable(result)):
                     await result
             else:
-                scope = self._tracer.start_process_span(raw.topic, raw.partition, raw.offset, raw.key, raw.headers,
-                                                        None, decision)  # fmt: skip
+                scope = self._tracer.start_process_span(
+                    raw.topic, raw.partition, raw.offset, raw.key, raw.headers, None, decision
+                )
                 with scope:
                     context.trace_fields = scope.fields
                     await settle(self._process(record, context))

@@ -112,9 +112,17 @@ class TaskServices:
         """With what the app's YAML sets for every task (event time, `max_task_idle_ms`,
         `shutdown_timeout_s`): a worker and the test kit start from the same."""
         return cls(
-            failures, counters, serdes, global_stores, telemetry, on_dequeue, commit_before_processing,
-            timestamp_readers(config), config.max_task_idle_ms / 1000, shutdown_timeout_s=config.shutdown_timeout_s,
-        )  # fmt: skip
+            failures,
+            counters,
+            serdes,
+            global_stores,
+            telemetry,
+            on_dequeue,
+            commit_before_processing,
+            timestamp_readers(config),
+            config.max_task_idle_ms / 1000,
+            shutdown_timeout_s=config.shutdown_timeout_s,
+        )
 
 
 class Task:
@@ -152,8 +160,18 @@ class Task:
         self._flushes = type(processor).flush is not Processor.flush
         self.group_inputs = frozenset(inputs)
         every_input = [*inputs, *(broadcast.partitions if broadcast is not None else ())]
-        self._loop = RecordLoop(task_id.processor, every_input, processor, context, services, outputs,
-                                self._batch_done, concurrency, self._after_take, self._wakeup.set)  # fmt: skip
+        self._loop = RecordLoop(
+            task_id.processor,
+            every_input,
+            processor,
+            context,
+            services,
+            outputs,
+            self._batch_done,
+            concurrency,
+            self._after_take,
+            self._wakeup.set,
+        )
         self.in_flight = self._loop.in_flight
         admission = Admission(self.group_inputs, end_offsets, services.commit_before_processing)
         self.intake: Intake  # what is queued here, and the order it is taken in
@@ -408,8 +426,12 @@ class Task:
         self._services.counters.failed_flushes += 1
         if self._services.failures.stops_on(Stage.PROCESSING):
             raise self._lifecycle_failed("flush()", error) from error
-        log.warning("processor '%s' failed to flush task %s (%r): its offsets stay uncommitted until a flush "
-                    "succeeds", self.id.processor, self.id, error)  # fmt: skip
+        log.warning(
+            "processor '%s' failed to flush task %s (%r): its offsets stay uncommitted until a flush succeeds",
+            self.id.processor,
+            self.id,
+            error,
+        )
 
     async def _wait_for_work(self) -> None:
         if self.has_work:

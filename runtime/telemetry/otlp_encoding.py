@@ -131,9 +131,11 @@ class SpanRequestEncoder:
         parts += (
             self._name(span.name),  # 5: name
             _KINDS[span.kind],  # 6: kind
-            b"\x39", _FIXED64.pack(span.start_ns),  # 7: start, fixed64
-            b"\x41", _FIXED64.pack(span.end_ns),  # 8: end, fixed64
-        )  # fmt: skip
+            b"\x39",
+            _FIXED64.pack(span.start_ns),  # 7: start, fixed64
+            b"\x41",
+            _FIXED64.pack(span.end_ns),  # 8: end, fixed64
+        )
         shared, own = span.shared, span.attributes
         if shared and own.keys().isdisjoint(shared):
             parts.append(self._shared(shared))

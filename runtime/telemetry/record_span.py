@@ -36,9 +36,20 @@ class RecordSpan(Span):
     keeps its context (passed on to outputs) and records nothing."""
 
     __slots__ = (
-        "_recording", "_sink", "attributes", "context", "end_ns", "events", "kind", "links", "name", "parent",
-        "shared", "start_ns", "status",
-    )  # fmt: skip
+        "_recording",
+        "_sink",
+        "attributes",
+        "context",
+        "end_ns",
+        "events",
+        "kind",
+        "links",
+        "name",
+        "parent",
+        "shared",
+        "start_ns",
+        "status",
+    )
 
     def __init__(
         self,

@@ -130,8 +130,12 @@ class RecordSpanExport:
             dropped, failed = self.dropped - self._reported[0], self.failed - self._reported[1]
             self._reported = (self.dropped, self.failed)
             self._next_warning = time.monotonic() + WARNING_INTERVAL_S
-            log.warning("record spans lost: %d dropped (the exporter cannot keep up: lower the sampling ratio), "
-                        "%d not accepted by the exporter", dropped, failed)  # fmt: skip
+            log.warning(
+                "record spans lost: %d dropped (the exporter cannot keep up: lower the sampling ratio), "
+                "%d not accepted by the exporter",
+                dropped,
+                failed,
+            )
 
 
 def exporting_now(exporter: SpanExporter, resource: Resource, scope_name: str) -> RecordSpanSink:

@@ -270,8 +270,15 @@ class OtelRecordTracer(RecordTracer):
             else:
                 sampled = trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < self._bound
         context = SpanContext(trace_id, getrandbits(64) or 1, False, _SAMPLED if sampled else _UNSAMPLED, trace_state)
-        span = RecordSpan(name, context, parent_span if parent_span.is_valid else None, attributes,
-                          self._sink if sampled else None, SpanKind.CONSUMER, shared)  # fmt: skip
+        span = RecordSpan(
+            name,
+            context,
+            parent_span if parent_span.is_valid else None,
+            attributes,
+            self._sink if sampled else None,
+            SpanKind.CONSUMER,
+            shared,
+        )
         return ProcessScope(span, parent, self._propagate_unsampled)
 
     def _sampled(self, parent: Context, trace_id: int, name: str, attributes: Mapping[str, AttributeValue]) -> bool:

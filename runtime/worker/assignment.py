@@ -175,8 +175,11 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
             return
         _, late = await asyncio.wait(actors, timeout=self._config.shutdown_timeout_s)
         for actor in late:
-            log.error("%s did not finish its batch within %.0fs; cancelling it", actor.get_name(),
-                      self._config.shutdown_timeout_s)  # fmt: skip
+            log.error(
+                "%s did not finish its batch within %.0fs; cancelling it",
+                actor.get_name(),
+                self._config.shutdown_timeout_s,
+            )
             actor.cancel()
         if late:
             await asyncio.wait(late)

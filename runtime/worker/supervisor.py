@@ -139,9 +139,12 @@ class Supervisor:
             if delay is None:
                 log.error(
                     "%s %s: %d deaths in a row, each less than %.0f s after a restart (--max-restarts %d); stopping",
-                    name, describe_exit(code), restarts.deaths_in_a_row, self._policy.healthy_after_s,
+                    name,
+                    describe_exit(code),
+                    restarts.deaths_in_a_row,
+                    self._policy.healthy_after_s,
                     self._policy.max_restarts,
-                )  # fmt: skip
+                )
                 self.stop()
                 break
             log.warning("%s %s; restarting it in %.0f s", name, describe_exit(code), delay)

@@ -93,8 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # Before the source is read: the data then holds at least what the topic held.
                 topic_offsets = (args.topic_offsets, changelog_end_offsets(args.bootstrap_servers, args.topic_offsets))
                 if len(topic_offsets[1]) != args.partitions:
-                    raise ValueError(f"topic {args.topic_offsets} has {len(topic_offsets[1])} partitions, "
-                                     f"expected --partitions {args.partitions}")  # fmt: skip
+                    raise ValueError(
+                        f"topic {args.topic_offsets} has {len(topic_offsets[1])} partitions, "
+                        f"expected --partitions {args.partitions}"
+                    )
             spark = spark_session(f"bootstrap {args.app}/{args.store}", args.master, kafka=seed is not None)
             try:
                 frame = read_source(spark, args.source, args.path, _options(args.option))

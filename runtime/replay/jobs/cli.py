@@ -58,8 +58,15 @@ async def serve(cluster: Cluster, worker: str | None) -> int:
 
 async def request(cluster: Cluster, args: argparse.Namespace) -> int:
     app = _app(cluster)
-    fields = {"id": args.id or uuid.uuid4().hex[:12], "topic": args.topic, "key": args.key, "partition": args.partition,
-              "from": args.start, "to": args.end, "target": args.to_topic}  # fmt: skip
+    fields = {
+        "id": args.id or uuid.uuid4().hex[:12],
+        "topic": args.topic,
+        "key": args.key,
+        "partition": args.partition,
+        "from": args.start,
+        "to": args.end,
+        "target": args.to_topic,
+    }
     try:
         wanted = ReplayRequest.model_validate({name: value for name, value in fields.items() if value is not None})
     except ValueError as error:
@@ -112,8 +119,16 @@ async def list_jobs(cluster: Cluster, as_json: bool) -> int:
         return 0
     table = Table("job", "status", "worker", "replays", "done", "read", "matched", "reason")
     for state in found.values():
-        table.add_row(state.id, state.status, state.owner or "", _what(state), f"{state.share_read:.0%}",
-                      f"{state.scanned:,}", f"{state.matched:,}", state.reason or "")  # fmt: skip
+        table.add_row(
+            state.id,
+            state.status,
+            state.owner or "",
+            _what(state),
+            f"{state.share_read:.0%}",
+            f"{state.scanned:,}",
+            f"{state.matched:,}",
+            state.reason or "",
+        )
     Console().print(table)
     return 0
 

@@ -102,23 +102,41 @@ class JobRunner:
             consumer = place.clients.consumer(group_id=None, client_id=f"{place.worker}-replay-{self.id}")
             await start_with_retries(f"replay job {self.id}'s reader", place.clients.bootstrap_servers, consumer.start)
             span = await self._span(consumer, what, partitions, state)
-            state = state.model_copy(update={
-                "status": Status.STARTED, "owner": place.worker, "heartbeat_ms": now_ms(), "partition": span.partition,
-                "beginning": span.beginning, "start_offset": span.start, "end_offset": span.end,
-                "next_offset": state.next_offset if state.next_offset is not None else span.start,
-            })  # fmt: skip
+            state = state.model_copy(
+                update={
+                    "status": Status.STARTED,
+                    "owner": place.worker,
+                    "heartbeat_ms": now_ms(),
+                    "partition": span.partition,
+                    "beginning": span.beginning,
+                    "start_offset": span.start,
+                    "end_offset": span.end,
+                    "next_offset": state.next_offset if state.next_offset is not None else span.start,
+                }
+            )
             await _ship(shipper, [], state)
-            log.info("replay job %s: reading %s[%d] from offset %d to %d", self.id, request.topic, span.partition,
-                     state.next_offset, span.end)  # fmt: skip
+            log.info(
+                "replay job %s: reading %s[%d] from offset %d to %d",
+                self.id,
+                request.topic,
+                span.partition,
+                state.next_offset,
+                span.end,
+            )
             replayed: list[Shipped] = []
             try:
                 async for batch in scan(consumer, what, span, state.next_offset):
-                    replayed += [(request.target, record.key, record.value, list(record.headers), record.timestamp)
-                                 for record in batch.matched]  # fmt: skip
-                    state = state.model_copy(update={
-                        "scanned": state.scanned + batch.scanned, "matched": state.matched + len(batch.matched),
-                        "next_offset": batch.next_offset,
-                    })  # fmt: skip
+                    replayed += [
+                        (request.target, record.key, record.value, list(record.headers), record.timestamp)
+                        for record in batch.matched
+                    ]
+                    state = state.model_copy(
+                        update={
+                            "scanned": state.scanned + batch.scanned,
+                            "matched": state.matched + len(batch.matched),
+                            "next_offset": batch.next_offset,
+                        }
+                    )
                     heartbeat_due = now_ms() - state.heartbeat_ms >= place.heartbeat_ms
                     releasing = place.stopping.is_set() and not batch.done
                     if batch.done or replayed or heartbeat_due or releasing:
@@ -168,8 +186,16 @@ class JobRunner:
 
     def _shipper(self, partition_counts: dict[str, int], limits: Any) -> Shipper:
         config = self._place.config
-        return Shipper(self.id, config.replay_jobs_topic(), f"{config.app_id}-replay-{self.id}", self._place.clients,
-                       partition_counts, self._place.counters, limits, config.transaction_timeout_ms)  # fmt: skip
+        return Shipper(
+            self.id,
+            config.replay_jobs_topic(),
+            f"{config.app_id}-replay-{self.id}",
+            self._place.clients,
+            partition_counts,
+            self._place.counters,
+            limits,
+            config.transaction_timeout_ms,
+        )
 
     def _latest(self, shipper: Shipper) -> JobState | None:
         return None if shipper.position is None else JobState.decode(shipper.position)
@@ -189,8 +215,14 @@ class JobRunner:
             state = self._latest(shipper)
             if state is None or state.status.ended:
                 return
-            failed = state.model_copy(update={"status": Status.FAILED, "reason": reason, "owner": self._place.worker,
-                                              "heartbeat_ms": now_ms()})  # fmt: skip
+            failed = state.model_copy(
+                update={
+                    "status": Status.FAILED,
+                    "reason": reason,
+                    "owner": self._place.worker,
+                    "heartbeat_ms": now_ms(),
+                }
+            )
             with contextlib.suppress(ProducerFenced):
                 await _ship(shipper, [], failed)
         finally:

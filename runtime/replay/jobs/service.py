@@ -46,8 +46,9 @@ class ReplayService:
         self._running: dict[str, asyncio.Task[bool]] = {}
         self._open_since: dict[str, int] = {}  # when this worker may claim an OPEN job
         self._lost: dict[str, int] = {}  # when another worker took a job from this one
-        self._place = Workplace(config, self._clients, Counters(), self.worker, config.replay_jobs.heartbeat_ms,
-                                asyncio.Event())  # fmt: skip
+        self._place = Workplace(
+            config, self._clients, Counters(), self.worker, config.replay_jobs.heartbeat_ms, asyncio.Event()
+        )
 
     def stop(self) -> None:
         """Claim no more jobs, release those running at their next write (OPEN again, with the offset
@@ -68,10 +69,20 @@ class ReplayService:
             await self.board.stop()
 
     async def _serve(self) -> None:
-        intake = Intake(self._clients, self.config.replay_requests_topic(), self.config.replay_jobs_topic(),
-                        f"{self.config.app_id}-replay-intake", self.board, self.worker)  # fmt: skip
-        log.info("replay jobs: worker %s takes requests from %s, at most %d jobs at once", self.worker,
-                 self.config.replay_requests_topic(), self.config.replay_jobs.max_jobs)  # fmt: skip
+        intake = Intake(
+            self._clients,
+            self.config.replay_requests_topic(),
+            self.config.replay_jobs_topic(),
+            f"{self.config.app_id}-replay-intake",
+            self.board,
+            self.worker,
+        )
+        log.info(
+            "replay jobs: worker %s takes requests from %s, at most %d jobs at once",
+            self.worker,
+            self.config.replay_requests_topic(),
+            self.config.replay_jobs.max_jobs,
+        )
         async with asyncio.TaskGroup() as group:
             following = group.create_task(self.board.follow())
             taking = group.create_task(_restarted("the replay intake", intake.run))
@@ -90,8 +101,12 @@ class ReplayService:
                 random.shuffle(candidates)
                 for state in candidates[: self.config.replay_jobs.max_jobs - len(self._running)]:
                     if state.status is not Status.OPEN:
-                        log.info("replay job %s: its worker %s said nothing for %d ms; taking it over", state.id,
-                                 state.owner, now - state.heartbeat_ms)  # fmt: skip
+                        log.info(
+                            "replay job %s: its worker %s said nothing for %d ms; taking it over",
+                            state.id,
+                            state.owner,
+                            now - state.heartbeat_ms,
+                        )
                     runner = JobRunner(state, self._place)
                     self._running[state.id] = asyncio.create_task(runner.run(), name=f"replay job {state.id}")
                 await asyncio.sleep(TICK_S)
@@ -132,10 +147,13 @@ async def create_job_topics(clients: Clients, config: AppConfig) -> None:
     admin = clients.admin()
     await start_with_retries("admin client", clients.bootstrap_servers, admin.start)
     try:
-        await ensure_internal_topics(admin, [
-            NewTopic(config.replay_jobs_topic(), 1, 1, topic_configs={"cleanup.policy": "compact"}),
-            NewTopic(config.replay_requests_topic(), 1, 1),
-        ])  # fmt: skip
+        await ensure_internal_topics(
+            admin,
+            [
+                NewTopic(config.replay_jobs_topic(), 1, 1, topic_configs={"cleanup.policy": "compact"}),
+                NewTopic(config.replay_requests_topic(), 1, 1),
+            ],
+        )
     finally:
         await admin.close()
 

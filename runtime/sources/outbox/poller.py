@@ -44,8 +44,19 @@ class OutboxPoller(PollingSource):
         self.spec: OutboxConfig = app.outboxes[name]
         spec = self.spec
         position = app.outbox_position_topic(name)
-        super().__init__(name, "outboxes", position, spec.dsn, spec.batch_size, spec.poll_interval_ms, app, clients,
-                         partition_counts, counters, limits)  # fmt: skip
+        super().__init__(
+            name,
+            "outboxes",
+            position,
+            spec.dsn,
+            spec.batch_size,
+            spec.poll_interval_ms,
+            app,
+            clients,
+            partition_counts,
+            counters,
+            limits,
+        )
         self._text_ids = False
 
     async def _prepare(self, connection: asyncpg.Connection) -> None:
@@ -60,8 +71,9 @@ class OutboxPoller(PollingSource):
         for row in rows:
             topic = self.spec.topic or row["topic"]
             if not self._shipper.knows(topic):
-                raise ConfigError(f"outboxes.{self.name}: row {row['id']!r} names topic '{topic}', which is not "
-                                  "declared under topics")  # fmt: skip
+                raise ConfigError(
+                    f"outboxes.{self.name}: row {row['id']!r} names topic '{topic}', which is not declared under topics"
+                )
             records.append((topic, _bytes(row["key"]), _bytes(row["value"]), _headers(row["headers"]), None))
         if not await self._shipper.ship(records, str(rows[-1]["id"])):
             return 0
@@ -74,11 +86,14 @@ class OutboxPoller(PollingSource):
         spec, last = self.spec, self._last_id()
         if spec.delete_shipped and last is not None:
             await connection.execute(f"DELETE FROM {spec.table} WHERE {spec.id_column} <= $1", last)
-        columns = [f"{spec.id_column} AS id", f"{spec.value_column} AS value",
-                   f"{spec.key_column} AS key" if spec.key_column else "NULL AS key",
-                   f"{spec.headers_column} AS headers" if spec.headers_column else "NULL AS headers",
-                   f"{spec.topic_column} AS topic" if spec.topic_column else "NULL AS topic",
-                   f"{spec.created_column} <= now() - make_interval(secs => $1) AS settled"]  # fmt: skip
+        columns = [
+            f"{spec.id_column} AS id",
+            f"{spec.value_column} AS value",
+            f"{spec.key_column} AS key" if spec.key_column else "NULL AS key",
+            f"{spec.headers_column} AS headers" if spec.headers_column else "NULL AS headers",
+            f"{spec.topic_column} AS topic" if spec.topic_column else "NULL AS topic",
+            f"{spec.created_column} <= now() - make_interval(secs => $1) AS settled",
+        ]
         after = f"{spec.id_column} > $3" if last is not None else "$3::text IS NULL"
         sql = f"SELECT {', '.join(columns)} FROM {spec.table} WHERE {after} ORDER BY {spec.id_column} LIMIT $2"
         rows = await connection.fetch(sql, spec.settle_ms / 1000, spec.batch_size, last)
@@ -95,11 +110,15 @@ class OutboxPoller(PollingSource):
         kind = await connection.fetchval(
             "SELECT data_type FROM information_schema.columns WHERE table_schema = coalesce($1, current_schema()) "
             "AND table_name = $2 AND column_name = $3",
-            schema or None, table, self.spec.id_column,
-        )  # fmt: skip
+            schema or None,
+            table,
+            self.spec.id_column,
+        )
         if kind is None:
-            raise ConfigError(f"outboxes.{self.name}: table '{self.spec.table}' has no column "
-                              f"'{self.spec.id_column}' (id_column), or does not exist")  # fmt: skip
+            raise ConfigError(
+                f"outboxes.{self.name}: table '{self.spec.table}' has no column "
+                f"'{self.spec.id_column}' (id_column), or does not exist"
+            )
         return kind in ("text", "character varying", "character")
 
 

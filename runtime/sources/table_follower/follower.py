@@ -46,8 +46,19 @@ class TableFollower(PollingSource):
         self.spec: TableFollowerConfig = app.table_followers[name]
         spec = self.spec
         position = app.follower_position_topic(name)
-        super().__init__(name, "table_followers", position, spec.dsn, spec.batch_size, spec.poll_interval_ms, app,
-                         clients, partition_counts, counters, limits)  # fmt: skip
+        super().__init__(
+            name,
+            "table_followers",
+            position,
+            spec.dsn,
+            spec.batch_size,
+            spec.poll_interval_ms,
+            app,
+            clients,
+            partition_counts,
+            counters,
+            limits,
+        )
         topic = app.topics[spec.topic]
         self._key_serde = serde_for(topic.key_serde, spec.topic, "key", topic.key_schema, None)
         self._value_serde = serde_for(topic.value_serde, spec.topic, "value", topic.value_schema, None)
@@ -60,8 +71,10 @@ class TableFollower(PollingSource):
         rows = await self._database.run(self._next_rows)
         if not rows:
             return 0
-        records: list[Shipped] = [(self.spec.topic, self._key_serde.serialize(row[self.spec.key_column]),
-                                   self._value(row), [], None) for row in rows]  # fmt: skip
+        records: list[Shipped] = [
+            (self.spec.topic, self._key_serde.serialize(row[self.spec.key_column]), self._value(row), [], None)
+            for row in rows
+        ]
         last = rows[-1]
         if not await self._shipper.ship(records, json.dumps([last["__version"], last["__key"]])):
             return 0
@@ -79,16 +92,21 @@ class TableFollower(PollingSource):
         """The rows after the position in (version, key) order, up to the first whose version has not settled."""
         spec = self.spec
         version_type, key_type = self._types
-        settled = (f"{spec.version_column} <= now() - make_interval(secs => $1)" if version_type.startswith("timestamp")
-                   else "$1::float8 IS NOT NULL")  # fmt: skip
+        settled = (
+            f"{spec.version_column} <= now() - make_interval(secs => $1)"
+            if version_type.startswith("timestamp")
+            else "$1::float8 IS NOT NULL"
+        )
         position = self._shipper.position
         after, parameters = "TRUE", [spec.settle_ms / 1000, spec.batch_size]
         if position is not None:
             after = f"({spec.version_column}, {spec.key_column}) > ($3::text::{version_type}, $4::text::{key_type})"
             parameters += json.loads(position)
-        sql = (f"SELECT *, {spec.version_column}::text AS __version, {spec.key_column}::text AS __key, "
-               f"{settled} AS __settled FROM {spec.table} WHERE {after} "
-               f"ORDER BY {spec.version_column}, {spec.key_column} LIMIT $2")  # fmt: skip
+        sql = (
+            f"SELECT *, {spec.version_column}::text AS __version, {spec.key_column}::text AS __key, "
+            f"{settled} AS __settled FROM {spec.table} WHERE {after} "
+            f"ORDER BY {spec.version_column}, {spec.key_column} LIMIT $2"
+        )
         rows = await connection.fetch(sql, *parameters)
         return list(itertools.takewhile(lambda row: row["__settled"], rows))
 
@@ -97,8 +115,9 @@ class TableFollower(PollingSource):
         found = await connection.fetch(
             "SELECT column_name, data_type FROM information_schema.columns "
             "WHERE table_schema = coalesce($1, current_schema()) AND table_name = $2",
-            schema or None, table,
-        )  # fmt: skip
+            schema or None,
+            table,
+        )
         types = {row["column_name"]: row["data_type"] for row in found}
         if not types:
             raise ConfigError(f"table_followers.{self.name}.table: table '{self.spec.table}' does not exist")
@@ -108,8 +127,10 @@ class TableFollower(PollingSource):
             columns["deleted_column"] = self.spec.deleted_column
         for where, column in columns.items():
             if column not in types:
-                raise ConfigError(f"table_followers.{self.name}.{where}: table '{self.spec.table}' has no column "
-                                  f"'{column}' (it has {sorted(types)})")  # fmt: skip
+                raise ConfigError(
+                    f"table_followers.{self.name}.{where}: table '{self.spec.table}' has no column "
+                    f"'{column}' (it has {sorted(types)})"
+                )
         return types[self.spec.version_column], types[self.spec.key_column]
 
 

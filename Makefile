@@ -14,7 +14,7 @@ example-minutes: setup
 example-sessions: setup
 	.venv/bin/python -m examples.sessions.run
 
-# Seed 001's merge join of CDC rows with their transactions (examples/cdc_merge/), checked end to end.
+# The merge join of CDC rows with their transactions (examples/cdc_merge/), checked end to end.
 example-cdc: setup
 	.venv/bin/python -m examples.cdc_merge.run
 
@@ -26,7 +26,7 @@ example-enrichment: setup
 example-merchants: setup
 	.venv/bin/python -m examples.merchant_totals.run
 
-# Seed 002: orders written with their outbox rows in PostgreSQL, shipped to Kafka, totals written back (examples/orders/).
+# The outbox: orders written with their outbox rows in PostgreSQL, shipped to Kafka, totals written back (examples/orders/).
 example-orders: setup
 	.venv/bin/python -m examples.orders.run
 
@@ -34,11 +34,11 @@ example-orders: setup
 example-lookup: setup
 	.venv/bin/python -m examples.customer_lookup.run
 
-# Seed 000 from a real database: the acquirers' reference table followed from PostgreSQL (examples/acquirers/).
+# Reference data from a real database: the acquirers' reference table followed from PostgreSQL (examples/acquirers/).
 example-acquirers-db: setup
 	.venv/bin/python -m examples.acquirers.from_postgres
 
-# Seed 003: five days of account activity replayed by key and time, by replay jobs through a kill -9, and made unique.
+# Replay by key and time: five days of account activity replayed by key and time, by replay jobs through a kill -9, and made unique.
 example-replay: setup
 	.venv/bin/python -m examples.account_activity.run
 

@@ -1,4 +1,4 @@
-"""The one-to-many merge join of two inputs ordered by the same id, as seed 001 joins a CDC connector's
+"""The one-to-many merge join of two inputs ordered by the same id, as a CDC pipeline joins a CDC connector's
 `data` rows (many partitions) with its `transaction` records (one partition, read whole by every task).
 
 Both inputs come in id order: a partition of `data` holds its rows in the order of their

@@ -1,2 +1,2 @@
-"""Replay by key and time (seed 003): one key's records in a time range, read from the one partition the
+"""Replay by key and time: one key's records in a time range, read from the one partition the
 key's producer chose, from the first offset of the range (`scan.py`); `python -m runtime replay` (`cli.py`)."""

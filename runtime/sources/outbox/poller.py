@@ -6,7 +6,7 @@ its last id as the position (runtime/sources/shipper.py: one Kafka transaction f
 
 Ids are handed out when a row is written but become visible when its transaction commits, so a long
 transaction can commit a row with a smaller id than rows already shipped, and a poller that moved
-past it would never ship it (seed 002's problem). The settle window guards against it: a row is
+past it would never ship it. The settle window guards against it: a row is
 shipped only once `settle_ms` have passed since it was written (`created_column`, by the database's
 clock: `DEFAULT clock_timestamp()`, the time of the insert), by which time every transaction that
 could still commit a smaller id is expected to have ended; and never before a row with a smaller id

@@ -9,7 +9,7 @@ from typing import Any
 from processors.context import Context, Punctuation, PunctuationTime
 from processors.serdes import Serde
 from runtime.counters import Counters
-from runtime.kafka.outputs import Headers, Output
+from runtime.kafka.outputs import Headers, Output, Outputs
 from runtime.kafka.record_limits import DEFAULT_MAX_REQUEST_SIZE, Limits, RecordRefused, TopicLimits, check_record
 from runtime.state.task_state import TaskState, TaskStore
 from runtime.task.clock import SYSTEM_CLOCK, Clock
@@ -100,6 +100,12 @@ class TaskContext(Context):
             plain_bytes = -1 if self._refused else limits.plain_bytes
             serdes = self._serdes[topic]
             self._encoders[topic] = (serdes[0].serialize, serdes[1].serialize, plain_bytes, keyless, limits)
+
+    def release_to(self, outputs: Outputs) -> None:
+        """What was sent since the last release goes to the output path: a record's once it was processed,
+        a punctuation's once it ran, a flush's at the commit."""
+        outputs.append_all(self.pending)
+        self.pending.clear()
 
     def refuse(self, refusals: Mapping[tuple[str, int, int], str]) -> None:
         """The outputs of these input records were refused: when processed again, they fail in `send`."""

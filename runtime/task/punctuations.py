@@ -11,11 +11,10 @@ record is processed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from processors.context import Punctuation
-from runtime.errors import StopAfterCommit
+from runtime.kafka.outputs import Outputs
 from runtime.task.context import TaskContext
 from runtime.task.failures import Stage
 from runtime.task.in_flight import InFlight
@@ -27,20 +26,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class PunctuationFailed(Exception):
+    """A punctuation raised `error` under the `fail` policy: the task stops, as for a failure of `init`."""
+
+    def __init__(self, error: Exception):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
 class Punctuations:
-    def __init__(
-        self,
-        task: TaskId,
-        context: TaskContext,
-        services: TaskServices,
-        release_outputs: Callable[[], None],
-        failed: Callable[[Exception], StopAfterCommit],
-    ):
+    def __init__(self, task: TaskId, context: TaskContext, services: TaskServices, outputs: Outputs):
         self._task = task
         self._context = context
         self._services = services
-        self._release_outputs = release_outputs
-        self._failed = failed
+        self._outputs = outputs
 
     async def run_due(self, in_flight: InFlight | None) -> None:
         context, clock = self._context, self._services.clock
@@ -68,9 +67,9 @@ class Punctuations:
         except Exception as error:  # nothing of a failed punctuation escapes
             del pending[released:]
             if self._services.failures.stops_on(Stage.PROCESSING):
-                raise self._failed(error) from error
+                raise PunctuationFailed(error) from error
             self._services.counters.skipped += 1
             log.warning("a punctuation of task %s failed (%r); skipped", self._task, error)
         finally:
             context.output_time = None
-        self._release_outputs()
+        context.release_to(self._outputs)

@@ -50,7 +50,7 @@ from runtime.task.context import TaskContext, TopicSerdes
 from runtime.task.event_time import TimestampOf, raw_event_time, timestamp_readers
 from runtime.task.failures import FailureHandler, Stage
 from runtime.task.intake import Admission, BatchIntake, ChoiceIntake, ChooseFailed, Intake, TimestampIntake
-from runtime.task.punctuations import Punctuations
+from runtime.task.punctuations import PunctuationFailed, Punctuations
 from runtime.task.record_loop import RecordLoop, settle
 from runtime.task.timestamp_order import EventTimeOf, InputQueue, TimestampOrder
 from runtime.telemetry import Telemetry
@@ -183,13 +183,7 @@ class Task:
         else:
             self.intake = BatchIntake(self._loop, admission, outputs)
         self._stream_time_mark = self._committed_stream_time = context.stream_time_now()
-        self._punctuations = Punctuations(
-            task_id,
-            context,
-            services,
-            self._release_outputs,
-            lambda error: self._lifecycle_failed("a punctuation", error),
-        )
+        self._punctuations = Punctuations(task_id, context, services, outputs)
 
     @property
     def context(self) -> TaskContext:
@@ -336,7 +330,10 @@ class Task:
             if self.in_flight is not None:
                 self.in_flight.raise_failure()
             self._loop.interrupted = self._stopping or self._commit_waits  # a batch ended for a punctuation runs it now
-            await self._punctuations.run_due(self.in_flight)
+            try:
+                await self._punctuations.run_due(self.in_flight)
+            except PunctuationFailed as failed:
+                raise self._lifecycle_failed("a punctuation", failed.error) from failed.error
             try:
                 await self.intake.take()
             except ChooseFailed as failed:
@@ -456,5 +453,4 @@ class Task:
             self.state.note_buffered()
 
     def _release_outputs(self) -> None:
-        self.outputs.append_all(self._context.pending)
-        self._context.pending.clear()
+        self._context.release_to(self.outputs)

@@ -32,10 +32,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 import msgpack
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.consumer.fetcher import PartitionRecords
 
 from runtime.garbage_collection import bulk_allocations
 from runtime.global_stores.changes import ChangeMaker
+from runtime.kafka.aiokafka_internals import replace_consumer_record
 from stores.sst import write_partition_sst
 
 if TYPE_CHECKING:
@@ -264,7 +264,7 @@ def take_records_as_fetched() -> None:
     fetched (offset, timestamp, key, value, headers), so it takes that record. This changes aiokafka
     for the whole process: for reader processes only. (Were the method gone from aiokafka, the reader
     would get ConsumerRecords, which have those fields too.)"""
-    PartitionRecords._consumer_record = _as_fetched
+    replace_consumer_record(_as_fetched)
 
 
 def _as_fetched(partition_records: Any, tp: TopicPartition, record: Any) -> Any:

@@ -22,8 +22,24 @@ import functools
 import weakref
 from typing import Any, ClassVar, NamedTuple
 
-from aiokafka.consumer.fetcher import READ_COMMITTED, FetchResult, PartitionRecords
 from aiokafka.errors import CorruptRecordException
+
+from runtime.kafka.aiokafka_internals import (
+    FetchResult,
+    PartitionRecords,
+    aborted_producers,
+    checks_crcs,
+    consume_aborted_up_to,
+    contains_abort_marker,
+    drop_record_generator,
+    partition_records,
+    reads_committed,
+    record_set,
+    result_partition,
+    set_partition_records,
+    topic_partition,
+    update_position,
+)
 
 
 class FetchedRecord(NamedTuple):
@@ -55,7 +71,11 @@ class FetchedPartitionRecords(PartitionRecords):  # type: ignore[misc]
         super().__init__(*args)
         # aiokafka's record generator, never started here: it would hold this object, and the fetched
         # bytes, in a reference cycle that only the cyclic collector frees.
-        self._records_iterator = None
+        drop_record_generator(self)
+        # What walking the batches needs of aiokafka's fields, read once rather than per batch.
+        tp = topic_partition(self)
+        self._topic, self._partition, self._batches = tp.topic, tp.partition, record_set(self)
+        self._validates, self._skips_aborted = checks_crcs(self), reads_committed(self)
         self._left: list[FetchedRecord] = []  # of the batch being taken, what is not taken yet
         self._left_end = 0  # the end of that batch: the position once all of it is taken
 
@@ -94,16 +114,16 @@ class FetchedPartitionRecords(PartitionRecords):  # type: ignore[misc]
 
     def _next_data_batch(self) -> Any:
         """The next batch holding records to hand over; None after the last."""
-        records = self._records
+        records = self._batches
         while records.has_next():
             batch = records.next_batch()
-            if self._check_crcs and not batch.validate_crc():
-                raise CorruptRecordException(f"Invalid CRC - {self._tp}")
-            if self._isolation_level == READ_COMMITTED and batch.producer_id is not None:
-                self._consume_aborted_up_to(batch.base_offset)
-                if batch.is_control_batch and self._contains_abort_marker(batch):
-                    self._aborted_producers.discard(batch.producer_id)
-                if batch.is_transactional and batch.producer_id in self._aborted_producers:
+            if self._validates and not batch.validate_crc():
+                raise CorruptRecordException(f"Invalid CRC - {topic_partition(self)}")
+            if self._skips_aborted and batch.producer_id is not None:
+                consume_aborted_up_to(self, batch.base_offset)
+                if batch.is_control_batch and contains_abort_marker(self, batch):
+                    aborted_producers(self).discard(batch.producer_id)
+                if batch.is_transactional and batch.producer_id in aborted_producers(self):
                     self.next_fetch_offset = batch.next_offset
                     continue
             if batch.is_control_batch:
@@ -113,7 +133,7 @@ class FetchedPartitionRecords(PartitionRecords):  # type: ignore[misc]
         return None
 
     def _records_of(self, batch: Any) -> list[FetchedRecord]:
-        topic, partition, start = self._tp.topic, self._tp.partition, self.next_fetch_offset
+        topic, partition, start = self._topic, self._partition, self.next_fetch_offset
         return [
             _new(FetchedRecord, (topic, partition, record.offset, record.timestamp, record.timestamp_type,
                                  record.key, record.value, tuple(record.headers)))
@@ -135,11 +155,11 @@ def _getall(result_ref: weakref.ref[FetchResult], max_records: int | None = None
     """`FetchResult.getall`, with the records taken by `FetchedPartitionRecords.take`."""
     result = result_ref()
     assert result is not None  # its own method is called through it
-    if not result.check_assignment(result._topic_partition) or not result.has_more():
+    if not result.check_assignment(result_partition(result)) or not result.has_more():
         return []
-    partition_records: FetchedPartitionRecords = result._partition_records
-    records, done = partition_records.take(max_records)
-    result._update_position()
+    taken: FetchedPartitionRecords = partition_records(result)
+    records, done = taken.take(max_records)
+    update_position(result)
     if done:
-        result._partition_records = None
+        set_partition_records(result, None)
     return records

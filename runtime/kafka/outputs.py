@@ -35,6 +35,7 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 
 from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit
+from runtime.kafka.aiokafka_internals import batch_append, set_record_count
 from runtime.kafka.record_limits import REFUSALS, HeaderList, Headers, Limits, record_size
 from runtime.telemetry.trace_headers import TRACEPARENT, TRACEPARENT_CLASS, fields_of
 from stores.partitioner import KAFKA_SEED, POSITIVE, murmurhash2, partition_for
@@ -220,7 +221,7 @@ class Outputs:
 
     def _new_batch(self) -> _OpenBatch:
         builder = self.producer.create_batch()
-        return builder, [], builder._builder.append
+        return builder, [], batch_append(builder)
 
     @property
     def pending(self) -> int:
@@ -255,7 +256,7 @@ class Outputs:
             held = _held_bytes(size, records)
             if self._unacked_bytes and self._unacked_bytes + held > UNACKED_BYTES:
                 await self._room_for(held)
-            builder._relative_offset = len(records)  # the count aiokafka sends with (idempotence's sequence)
+            set_record_count(builder, len(records))
             # Closed, it goes out at once: aiokafka holds an open batch for linger_ms, and the next batch of
             # its partition waits until it has left (a task idled about 5 ms every 30 ms for it).
             builder.close()

@@ -12,8 +12,13 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
-from aiokafka.record.util import calc_crc32c
+from runtime.kafka.aiokafka_internals import (
+    crc32c,
+    decompress_gzip,
+    decompress_lz4,
+    decompress_snappy,
+    decompress_zstd,
+)
 
 # The v2 batch header (KIP-98): base offset, length, leader epoch, magic, crc, attributes, last offset
 # delta, first and max timestamps, producer id and epoch, base sequence, record count.
@@ -23,7 +28,12 @@ _MAGIC_AT = 16
 _CRC_FROM = 21  # the checksum covers the bytes from the attributes on
 _CODEC_MASK = 0x07
 _LOG_APPEND_TIME = 0x08
-_DECOMPRESS: dict[int, Callable[[bytes], bytes]] = {1: gzip_decode, 2: snappy_decode, 3: lz4_decode, 4: zstd_decode}
+_DECOMPRESS: dict[int, Callable[[bytes], bytes]] = {
+    1: decompress_gzip,
+    2: decompress_snappy,
+    3: decompress_lz4,
+    4: decompress_zstd,
+}
 
 RawHeaders = list[tuple[bytes, bytes | None]]
 
@@ -71,7 +81,7 @@ def read_batch(batch: RawBatch) -> list[RawRecord]:
     if raw[_MAGIC_AT] < 2:
         return [_unreadable(batch.base_offset, 0, raw, f"message format v{raw[_MAGIC_AT]} is not read here")]
     (base_offset, _, _, _, crc, attributes, _, first_ts, max_ts, _, _, _, count) = _HEADER.unpack_from(raw)
-    computed = calc_crc32c(raw[_CRC_FROM:])
+    computed = crc32c(raw[_CRC_FROM:])
     damaged = None if computed == crc else f"its batch fails its checksum (stored {crc}, computed {computed})"
     timestamp_type = 1 if attributes & _LOG_APPEND_TIME else 0
     payload = raw[_HEADER.size :]

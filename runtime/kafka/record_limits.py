@@ -16,8 +16,8 @@ from aiokafka.errors import (
     MessageSizeTooLargeError,
     RecordListTooLargeError,
 )
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from runtime.kafka.aiokafka_internals import estimate_record_size
 from runtime.telemetry.trace_headers import TRACEPARENT, TRACEPARENT_CLASS, Traceparent, fields_of
 
 DEFAULT_MAX_REQUEST_SIZE = 1048576  # aiokafka's, as the Java producer's
@@ -37,13 +37,13 @@ REFUSALS: tuple[type[Exception], ...] = (
 
 # Above what a record carries besides its key and value bytes when it has at most a traceparent:
 # the batch and record overhead, the traceparent header, and the key's and value's length varints.
-_MOST_OVERHEAD = int(DefaultRecordBatchBuilder.estimate_size_in_bytes(None, None, [(TRACEPARENT, bytes(64))])) + 10
+_MOST_OVERHEAD = estimate_record_size(None, None, [(TRACEPARENT, bytes(64))]) + 10
 
 
 def record_size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
     """The size of a batch holding this record alone (aiokafka's upper bound, as its `send` checks)."""
     header_list = fields_of(headers) if isinstance(headers, TRACEPARENT_CLASS) else list(headers)
-    return int(DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, header_list))
+    return estimate_record_size(key, value, header_list)
 
 
 @dataclass(frozen=True)

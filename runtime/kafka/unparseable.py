@@ -19,8 +19,8 @@ any record: reading its key raises UnparseableRecordError, and the deserializati
 or dead-letters it in order and under the task's guarantee (in its transaction under exactly-once).
 Nothing of the batch is lost, and no record stops its partition for good.
 
-This reaches into aiokafka 0.14's consumer (`_fetcher._records`, PartitionRecords, `_client`), which is
-why the project pins aiokafka below 0.15.
+This reaches into aiokafka's consumer (its fetcher's results, PartitionRecords, its client) through
+runtime/kafka/aiokafka_internals.py.
 """
 
 from __future__ import annotations
@@ -30,10 +30,20 @@ from collections import OrderedDict
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.consumer.fetcher import FetchResult
 from aiokafka.errors import CorruptRecordException, KafkaError
 from aiokafka.protocol.fetch import FetchRequest
 
+from runtime.kafka.aiokafka_internals import (
+    FetchResult,
+    consumer_client,
+    drop_record_generator,
+    fetch_results,
+    partition_records,
+    partition_records_arguments,
+    set_fetch_results,
+    set_partition_records,
+    topic_partition,
+)
 from runtime.kafka.fetched import FetchedPartitionRecords, FetchedRecord, take_by_batches
 from runtime.kafka.record_batches import RawBatch, RawRecord, read_batch, split_batches
 
@@ -86,10 +96,10 @@ class UnparseableRecord:
 async def getmany(consumer: AIOKafkaConsumer, timeout_ms: int) -> dict[TopicPartition, list[Any]]:
     """`consumer.getmany(timeout_ms=timeout_ms)`, a record the client cannot parse in its place as an
     UnparseableRecord, and every record around it delivered."""
-    fetcher = consumer._fetcher
-    results = fetcher._records
+    results = fetch_results(consumer)
     if results.__class__ is not _StoppingResults:
-        results = fetcher._records = _StoppingResults(results)
+        results = _StoppingResults(results)
+        set_fetch_results(consumer, results)
     batches: dict[TopicPartition, list[Any]] = await consumer.getmany(timeout_ms=timeout_ms)
     while results.stops:
         tp, offset, error = results.stops.pop(0)
@@ -104,7 +114,7 @@ class _StoppingRecords(FetchedPartitionRecords):
     stops: list[Stop]
 
     def stopped(self, error: Exception) -> None:
-        self.stops.append((self._tp, self.next_fetch_offset, error))
+        self.stops.append((topic_partition(self), self.next_fetch_offset, error))
 
 
 class _StoppingResults(OrderedDict[TopicPartition, Any]):
@@ -117,20 +127,17 @@ class _StoppingResults(OrderedDict[TopicPartition, Any]):
             self[tp] = result
 
     def __setitem__(self, tp: TopicPartition, result: Any) -> None:
-        if result.__class__ is FetchResult and result._partition_records is not None:  # errors pass as they are
+        given = partition_records(result) if result.__class__ is FetchResult else None  # errors pass as they are
+        if given is not None:
             # Built anew rather than given a new `__class__`, which would turn the instance's attributes into
             # a real dict and slow every attribute read. The fetcher stores a partition's result before it
             # takes its records, so nothing of the first one is lost.
-            given = result._partition_records
-            records = _StoppingRecords(
-                given._tp, given._records, given._aborted_transactions, given.next_fetch_offset,
-                given._key_deserializer, given._value_deserializer, given._check_crcs, given._isolation_level,
-            )  # fmt: skip
+            records = _StoppingRecords(*partition_records_arguments(given))
             records.stops = self.stops
             # aiokafka's own, dropped here, holds the fetched bytes in a cycle with its unstarted record
             # generator: left so, each fetch's bytes would wait for the cyclic collector.
-            given._records_iterator = None
-            result._partition_records = records
+            drop_record_generator(given)
+            set_partition_records(result, records)
             take_by_batches(result)
         super().__setitem__(tp, result)
 
@@ -158,7 +165,7 @@ async def _read_past(
 
 
 async def _fetch_batch(consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int) -> RawBatch | None:
-    client = consumer._client
+    client = consumer_client(consumer)
     leader = client.cluster.leader_for_partition(tp)
     if leader is None or leader < 0:
         return None

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from aiokafka.structs import ConsumerRecord
 
+from runtime.kafka.aiokafka_internals import record_count
 from runtime.kafka.record_limits import HeaderList, record_size
 from runtime.task.clock import Clock
 
@@ -126,7 +127,8 @@ class MemoryBatch:
     """What `Outputs` fills in place of aiokafka's batch, and as it fills one: it takes what Kafka's
     record format takes (bytes, headers of str and bytes), and is full at `batch_size` bytes (a record
     alone always fits). As with aiokafka's, `Outputs` appends through `_builder`, sets the count it
-    sends with in `_relative_offset`, and closes it before sending it: a closed batch takes no more."""
+    sends with in `_relative_offset` (runtime/kafka/aiokafka_internals.py reaches both), and closes it
+    before sending it: a closed batch takes no more."""
 
     def __init__(self, batch_size: int):
         self.records: list[tuple[bytes | None, bytes | None, HeaderList, int | None]] = []
@@ -171,8 +173,9 @@ class MemoryProducer:
         return MemoryBatch(self._batch_size)
 
     async def send_batch(self, batch: MemoryBatch, topic: str, *, partition: int) -> asyncio.Future[_Acked]:
-        if batch._relative_offset != len(batch.records):  # aiokafka's idempotence counts by it
-            raise ValueError(f"a batch of {len(batch.records)} records sent with a count of {batch._relative_offset}")
+        count = record_count(batch)
+        if count != len(batch.records):  # aiokafka's idempotence counts by it
+            raise ValueError(f"a batch of {len(batch.records)} records sent with a count of {count}")
         if self.transactional and self._transaction is None:
             self._transaction = Transaction()
         append, transaction = self._topics.append, self._transaction

@@ -5,7 +5,7 @@ The consumer's position is the offset after the last record `getmany()` handed o
 markers and aborted records too), and the end is the high watermark of the last fetch response: the
 records of a transaction still open count, as they are read once it commits. aiokafka offers the
 position only through an `async` call that waits when it is unknown, so it is read from the
-consumer's partition state, a part of aiokafka 0.14 this project pins (see runtime/kafka/unparseable.py).
+consumer's partition state (runtime/kafka/aiokafka_internals.py).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from runtime.kafka.aiokafka_internals import position_and_highwater
 
 
 class Unfetched:
@@ -25,14 +27,12 @@ class Unfetched:
 
     def __call__(self, tp: TopicPartition) -> bool:
         """True also while the position or the end is not known yet (the partition was not fetched)."""
-        subscription = self._consumer._subscription.subscription
-        assignment = subscription.assignment if subscription is not None else None
-        state = assignment.state_value(tp) if assignment is not None else None
-        if state is None:
+        known = position_and_highwater(self._consumer, tp)
+        if known is None:
             return False  # not assigned (any more): there is nothing to wait for
-        if not state.has_valid_position or state.highwater is None:
+        position, end = known
+        if position is None or end is None:
             return True
-        end = int(state.highwater)
         if self._run_ends is not None and tp in self._run_ends:
             end = min(end, self._run_ends[tp])
-        return int(state.position) < end
+        return position < end

@@ -26,6 +26,7 @@ from runtime.guarantees.consumer_commits import AtLeastOnce, AtMostOnce
 from runtime.guarantees.store_checkpoints import StoreCheckpoints
 from runtime.guarantees.transactions import ExactlyOnce
 from runtime.health import HealthServer, Probes
+from runtime.kafka.aiokafka_internals import consumer_client
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.outages import OUTAGES, report_outages
 from runtime.kafka.outputs import Outputs
@@ -324,7 +325,7 @@ class Worker:
         tps = [TopicPartition(topic, p) for topic in inputs for p in range(partition_counts[topic])]
         # The consumer learns of its topics when it subscribes, after this: asked before, aiokafka finds
         # the partitions unknown and retries after retry_backoff_ms (100 ms of a run's start-up).
-        await asyncio.gather(*(consumer._client.add_topic(topic) for topic in inputs))
+        await asyncio.gather(*(consumer_client(consumer).add_topic(topic) for topic in inputs))
         return dict(await consumer.end_offsets(tps))
 
     def _broadcast_source(self, partition_counts: dict[str, int]) -> BroadcastSource | None:

@@ -1,0 +1,223 @@
+"""Every part of aiokafka the runtime uses that aiokafka does not offer publicly, each as read from aiokafka 0.14.0.
+
+aiokafka has no public way to do what these are for: hand over a fetch's records a record batch at a
+time, without building a ConsumerRecord for each (runtime/kafka/fetched.py); keep a record the client
+cannot parse from failing the rest of its fetch (runtime/kafka/unparseable.py); read a partition's
+position without awaiting (runtime/worker/unfetched.py); fill a batch through the compiled builder
+inside it (runtime/kafka/outputs.py); learn a topic's partitions before subscribing to it
+(runtime/worker/worker.py); read a batch the client cannot parse (runtime/kafka/record_batches.py).
+So every access to an aiokafka attribute whose name starts with `_`, and every import from a module
+aiokafka does not document, is here: the one module to check when aiokafka is upgraded. `RELIED_ON`
+names what they need, and tests/unit/test_aiokafka_internals.py fails when the installed aiokafka
+lacks any of it; pyproject pins aiokafka below 0.15 for them.
+
+No function here is called per record: what a record's path needs is bound once, per batch or per fetch.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaClient, AIOKafkaConsumer, TopicPartition
+from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
+from aiokafka.consumer import fetcher
+from aiokafka.consumer.subscription_state import Assignment, Subscription, SubscriptionState, TopicPartitionState
+from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.util import calc_crc32c
+
+PartitionRecords = fetcher.PartitionRecords
+"""0.14.0 `aiokafka.consumer.fetcher.PartitionRecords`: a partition's fetched records, subclassed to take them."""
+FetchResult = fetcher.FetchResult
+"""0.14.0 `aiokafka.consumer.fetcher.FetchResult`: what the fetcher keeps of a partition's fetch: its records."""
+_READ_COMMITTED = fetcher.READ_COMMITTED
+"""0.14.0 `aiokafka.consumer.fetcher.READ_COMMITTED`: the isolation level that skips aborted transactions."""
+
+RELIED_ON: tuple[tuple[type, str], ...] = (
+    (AIOKafkaConsumer, "_client"),
+    (AIOKafkaConsumer, "_fetcher"),
+    (AIOKafkaConsumer, "_subscription"),
+    (fetcher.Fetcher, "_records"),
+    (SubscriptionState, "subscription"),
+    (Subscription, "assignment"),
+    (Assignment, "state_value"),
+    (TopicPartitionState, "has_valid_position"),
+    (TopicPartitionState, "position"),
+    (TopicPartitionState, "highwater"),
+    (FetchResult, "_topic_partition"),
+    (FetchResult, "_partition_records"),
+    (FetchResult, "_update_position"),
+    (FetchResult, "check_assignment"),
+    (FetchResult, "has_more"),
+    (FetchResult, "getall"),
+    (PartitionRecords, "_tp"),
+    (PartitionRecords, "_records"),
+    (PartitionRecords, "_aborted_transactions"),
+    (PartitionRecords, "next_fetch_offset"),
+    (PartitionRecords, "_key_deserializer"),
+    (PartitionRecords, "_value_deserializer"),
+    (PartitionRecords, "_check_crcs"),
+    (PartitionRecords, "_isolation_level"),
+    (PartitionRecords, "_records_iterator"),
+    (PartitionRecords, "_aborted_producers"),
+    (PartitionRecords, "_consume_aborted_up_to"),
+    (PartitionRecords, "_contains_abort_marker"),
+    (PartitionRecords, "_consumer_record"),
+    (BatchBuilder, "_builder"),
+    (BatchBuilder, "_relative_offset"),
+    (DefaultRecordBatchBuilder, "append"),
+    (DefaultRecordBatchBuilder, "estimate_size_in_bytes"),
+)
+"""The attributes of aiokafka's classes that the runtime uses and aiokafka does not document: those named with
+`_`, reached only here, and the members of the undocumented classes these hand over."""
+PARTITION_RECORDS_PARAMETERS = (
+    "tp", "records", "aborted_transactions", "fetch_offset", "key_deserializer", "value_deserializer", "check_crcs",
+    "isolation_level",
+)  # fmt: skip
+"""0.14.0 `PartitionRecords.__init__`'s parameters: the order `partition_records_arguments` gives its fields in."""
+
+_RecordSize = Callable[[bytes | None, bytes | None, Any], int]
+estimate_record_size: _RecordSize = DefaultRecordBatchBuilder.estimate_size_in_bytes
+"""0.14.0 `DefaultRecordBatchBuilder.estimate_size_in_bytes`: the size of a batch of this record alone, as `send`
+checks it (the producer's own bound)."""
+crc32c: Callable[[bytes], int] = calc_crc32c
+"""0.14.0 `aiokafka.record.util.calc_crc32c`: a v2 batch's checksum, to check a batch the client cannot parse."""
+decompress_gzip: Callable[[bytes], bytes] = gzip_decode
+"""0.14.0 `aiokafka.codec.gzip_decode`: a gzip batch's records, to read a batch the client cannot parse."""
+decompress_snappy: Callable[[bytes], bytes] = snappy_decode
+"""0.14.0 `aiokafka.codec.snappy_decode`: a snappy batch's records, likewise."""
+decompress_lz4: Callable[[bytes], bytes] = lz4_decode
+"""0.14.0 `aiokafka.codec.lz4_decode`: an lz4 batch's records, likewise."""
+decompress_zstd: Callable[[bytes], bytes] = zstd_decode
+"""0.14.0 `aiokafka.codec.zstd_decode`: a zstd batch's records, likewise."""
+
+
+def consumer_client(consumer: AIOKafkaConsumer) -> AIOKafkaClient:
+    """0.14.0 `AIOKafkaConsumer._client`: the consumer's own client, to add topics to its metadata or fetch a batch."""
+    client: AIOKafkaClient = consumer._client
+    return client
+
+
+def fetch_results(consumer: AIOKafkaConsumer) -> OrderedDict[TopicPartition, Any]:
+    """0.14.0 `AIOKafkaConsumer._fetcher._records`: the started consumer's fetch results, by partition."""
+    results: OrderedDict[TopicPartition, Any] = consumer._fetcher._records
+    return results
+
+
+def set_fetch_results(consumer: AIOKafkaConsumer, results: OrderedDict[TopicPartition, Any]) -> None:
+    """0.14.0 `AIOKafkaConsumer._fetcher._records`: replaced, to see each result the fetcher stores in it."""
+    consumer._fetcher._records = results
+
+
+def position_and_highwater(consumer: AIOKafkaConsumer, tp: TopicPartition) -> tuple[int | None, int | None] | None:
+    """0.14.0 `AIOKafkaConsumer._subscription`: an assigned partition's position and high watermark (each None while
+    not known), without awaiting; None when the partition is not assigned."""
+    subscription = consumer._subscription.subscription
+    assignment = subscription.assignment if subscription is not None else None
+    state = assignment.state_value(tp) if assignment is not None else None
+    if state is None:
+        return None
+    position = int(state.position) if state.has_valid_position else None
+    return position, None if state.highwater is None else int(state.highwater)
+
+
+def result_partition(result: Any) -> TopicPartition:
+    """0.14.0 `FetchResult._topic_partition`: the partition a fetch result is of."""
+    tp: TopicPartition = result._topic_partition
+    return tp
+
+
+def partition_records(result: Any) -> Any:
+    """0.14.0 `FetchResult._partition_records`: a fetch result's records not handed over yet, None once none is left."""
+    return result._partition_records
+
+
+def set_partition_records(result: Any, records: Any) -> None:
+    """0.14.0 `FetchResult._partition_records`: set to records of the runtime's kind, or to None once all are taken."""
+    result._partition_records = records
+
+
+def update_position(result: Any) -> None:
+    """0.14.0 `FetchResult._update_position`: moves the consumer's position to the records' `next_fetch_offset`."""
+    result._update_position()
+
+
+def partition_records_arguments(records: Any) -> tuple[Any, ...]:
+    """0.14.0 `PartitionRecords`' fields: the arguments it was built with (`PARTITION_RECORDS_PARAMETERS`), to build
+    records of the runtime's kind in its place."""
+    return (
+        records._tp, records._records, records._aborted_transactions, records.next_fetch_offset,
+        records._key_deserializer, records._value_deserializer, records._check_crcs, records._isolation_level,
+    )  # fmt: skip
+
+
+def drop_record_generator(records: Any) -> None:
+    """0.14.0 `PartitionRecords._records_iterator`: dropped unstarted, as it holds the records in a reference cycle."""
+    records._records_iterator = None
+
+
+def topic_partition(records: Any) -> TopicPartition:
+    """0.14.0 `PartitionRecords._tp`: the partition the records are of."""
+    tp: TopicPartition = records._tp
+    return tp
+
+
+def record_set(records: Any) -> Any:
+    """0.14.0 `PartitionRecords._records`: the fetched bytes as aiokafka's record set, walked a batch at a time."""
+    return records._records
+
+
+def checks_crcs(records: Any) -> bool:
+    """0.14.0 `PartitionRecords._check_crcs`: whether each batch's checksum is checked (the consumer's `check_crcs`)."""
+    checks: bool = records._check_crcs
+    return checks
+
+
+def reads_committed(records: Any) -> bool:
+    """0.14.0 `PartitionRecords._isolation_level`: whether the batches of aborted transactions are skipped."""
+    committed: bool = records._isolation_level == _READ_COMMITTED
+    return committed
+
+
+def consume_aborted_up_to(records: Any, offset: int) -> None:
+    """0.14.0 `PartitionRecords._consume_aborted_up_to`: the producers of the transactions aborted that began
+    at or before `offset` join `aborted_producers`."""
+    records._consume_aborted_up_to(offset)
+
+
+def contains_abort_marker(records: Any, batch: Any) -> bool:
+    """0.14.0 `PartitionRecords._contains_abort_marker`: whether a control batch ends its transaction by aborting it."""
+    aborts: bool = records._contains_abort_marker(batch)
+    return aborts
+
+
+def aborted_producers(records: Any) -> set[int]:
+    """0.14.0 `PartitionRecords._aborted_producers`: the producers whose transaction open here was aborted."""
+    producers: set[int] = records._aborted_producers
+    return producers
+
+
+def replace_consumer_record(build: Callable[[Any, TopicPartition, Any], Any]) -> None:
+    """0.14.0 `PartitionRecords._consumer_record`: replaced in the whole process, so records are built by `build`."""
+    PartitionRecords._consumer_record = build
+
+
+def batch_append(batch: BatchBuilder) -> Callable[..., Any]:
+    """0.14.0 `BatchBuilder._builder`: the append of the compiled builder inside a batch, which takes the record's
+    offset in the batch and returns None when it is full, without `BatchBuilder.append`'s two Python frames."""
+    append: Callable[..., Any] = batch._builder.append
+    return append
+
+
+def set_record_count(batch: BatchBuilder, count: int) -> None:
+    """0.14.0 `BatchBuilder._relative_offset`: the record count a batch is sent with (the idempotent producer's
+    sequence numbers count by it), which `batch_append` leaves behind."""
+    batch._relative_offset = count
+
+
+def record_count(batch: BatchBuilder) -> int:
+    """0.14.0 `BatchBuilder._relative_offset`: the record count a batch is sent with, as `set_record_count` set it."""
+    count: int = batch._relative_offset
+    return count

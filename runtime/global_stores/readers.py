@@ -119,9 +119,14 @@ class ReaderProcess:
         # The reader imports what the worker imports (the updater's module too), from the same places.
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(path or os.getcwd() for path in sys.path)}
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", f"from {__name__} import main; main()",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env, limit=STREAM_LIMIT,
-        )  # fmt: skip
+            sys.executable,
+            "-c",
+            f"from {__name__} import main; main()",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=env,
+            limit=STREAM_LIMIT,
+        )
         assert process.stdin is not None
         process.stdin.write(pickle.dumps(job))
         process.stdin.close()
@@ -143,10 +148,21 @@ class ReaderProcess:
                 raise ReaderFailed(f"the reader of {topic} {sorted(self.job.ranges)} exited with {code}") from None
             partition, next_offset, read, changes, raw = msgpack.unpackb(payload, use_list=False)
             records = [
-                ConsumerRecord(topic, partition, offset, timestamp, timestamp_type, key, value, None,
-                               -1 if key is None else len(key), -1 if value is None else len(value), headers)
+                ConsumerRecord(
+                    topic,
+                    partition,
+                    offset,
+                    timestamp,
+                    timestamp_type,
+                    key,
+                    value,
+                    None,
+                    -1 if key is None else len(key),
+                    -1 if value is None else len(value),
+                    headers,
+                )
                 for offset, timestamp, timestamp_type, key, value, headers in raw
-            ]  # fmt: skip
+            ]
             yield Batch(partition, next_offset, read, changes, records)
 
     async def stop(self) -> None:
@@ -248,9 +264,11 @@ def _made(
     made: list[tuple[int, list[Change]]] = []
     for maker, store in zip(makers, stores, strict=True):
         start = store.starts.get(tp.partition)
-        taken = records if start is None or not records or records[0].offset >= start else [
-            raw for raw in records if raw.offset >= start
-        ]  # fmt: skip
+        taken = (
+            records
+            if start is None or not records or records[0].offset >= start
+            else [raw for raw in records if raw.offset >= start]
+        )
         changes, failed = maker.changes(tp.topic, tp.partition, taken)
         if failed:
             return None

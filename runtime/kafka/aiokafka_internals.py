@@ -73,9 +73,15 @@ RELIED_ON: tuple[tuple[type, str], ...] = (
 """The attributes of aiokafka's classes that the runtime uses and aiokafka does not document: those named with
 `_`, reached only here, and the members of the undocumented classes these hand over."""
 PARTITION_RECORDS_PARAMETERS = (
-    "tp", "records", "aborted_transactions", "fetch_offset", "key_deserializer", "value_deserializer", "check_crcs",
+    "tp",
+    "records",
+    "aborted_transactions",
+    "fetch_offset",
+    "key_deserializer",
+    "value_deserializer",
+    "check_crcs",
     "isolation_level",
-)  # fmt: skip
+)
 """0.14.0 `PartitionRecords.__init__`'s parameters: the order `partition_records_arguments` gives its fields in."""
 
 _RecordSize = Callable[[bytes | None, bytes | None, Any], int]
@@ -148,9 +154,15 @@ def partition_records_arguments(records: Any) -> tuple[Any, ...]:
     """0.14.0 `PartitionRecords`' fields: the arguments it was built with (`PARTITION_RECORDS_PARAMETERS`), to build
     records of the runtime's kind in its place."""
     return (
-        records._tp, records._records, records._aborted_transactions, records.next_fetch_offset,
-        records._key_deserializer, records._value_deserializer, records._check_crcs, records._isolation_level,
-    )  # fmt: skip
+        records._tp,
+        records._records,
+        records._aborted_transactions,
+        records.next_fetch_offset,
+        records._key_deserializer,
+        records._value_deserializer,
+        records._check_crcs,
+        records._isolation_level,
+    )
 
 
 def drop_record_generator(records: Any) -> None:

@@ -92,8 +92,9 @@ def resolve_bootstrap(kafka: KafkaConfig) -> str:
     log.warning(
         "no bootstrap servers configured: %s local development Kafka at %s "
         "(stop it with `python -m runtime dev-kafka stop`)",
-        verb, broker.bootstrap_servers,
-    )  # fmt: skip
+        verb,
+        broker.bootstrap_servers,
+    )
     return broker.bootstrap_servers
 
 

@@ -135,11 +135,22 @@ class FetchedPartitionRecords(PartitionRecords):  # type: ignore[misc]
     def _records_of(self, batch: Any) -> list[FetchedRecord]:
         topic, partition, start = self._topic, self._partition, self.next_fetch_offset
         return [
-            _new(FetchedRecord, (topic, partition, record.offset, record.timestamp, record.timestamp_type,
-                                 record.key, record.value, tuple(record.headers)))
+            _new(
+                FetchedRecord,
+                (
+                    topic,
+                    partition,
+                    record.offset,
+                    record.timestamp,
+                    record.timestamp_type,
+                    record.key,
+                    record.value,
+                    tuple(record.headers),
+                ),
+            )
             for record in batch
             if record.offset >= start
-        ]  # fmt: skip
+        ]
 
 
 def take_by_batches(result: FetchResult) -> None:

@@ -76,8 +76,9 @@ class Outages(logging.Filter):
             self.since = self._reminded = now
             self.folded = Counter()
             self.outages += 1
-            log.warning("Kafka is unreachable: %s (the client's errors like this one are not printed until it is back)",
-                        message)  # fmt: skip
+            log.warning(
+                "Kafka is unreachable: %s (the client's errors like this one are not printed until it is back)", message
+            )
         else:
             self.folded[f"'{error}'"] += 1
         return False
@@ -110,8 +111,11 @@ class Outages(logging.Filter):
             log.warning("Kafka is reachable again, after %.0f s unreachable (%s)", lasted, self._not_printed())
         elif now - self._reminded >= REMIND_S:
             self._reminded = now
-            log.warning("Kafka has been unreachable for %.0f s (%d client messages not printed)", now - self.since,
-                        self.folded.total())  # fmt: skip
+            log.warning(
+                "Kafka has been unreachable for %.0f s (%d client messages not printed)",
+                now - self.since,
+                self.folded.total(),
+            )
 
 
 OUTAGES = Outages()

@@ -43,8 +43,11 @@ async def describe_limits(admin: AIOKafkaAdminClient, config: AppConfig, topics:
             if code != 0:
                 log.warning(
                     "the configuration of topic %s could not be read (%s, error %d): its records are checked "
-                    "against the producer's max_request_size only", topic, message, code,
-                )  # fmt: skip
+                    "against the producer's max_request_size only",
+                    topic,
+                    message,
+                    code,
+                )
                 limits[topic] = TopicLimits(max_request_size)
                 continue
             limits[topic] = topic_limits(config, {entry[0]: entry[1] for entry in entries})
@@ -109,8 +112,11 @@ async def _ensure_changelogs(admin: AIOKafkaAdminClient, config: AppConfig, coun
                 f"changelog topic {topic} has {existing[topic]} partitions, but the inputs of processor "
                 f"'{processor_name}' have {partitions}: delete the changelog (and the app's state) or fix the inputs"
             )
-    missing = [NewTopic(topic, partitions, 1, topic_configs={"cleanup.policy": "compact"})
-               for topic, (partitions, _) in wanted.items() if topic not in existing]  # fmt: skip
+    missing = [
+        NewTopic(topic, partitions, 1, topic_configs={"cleanup.policy": "compact"})
+        for topic, (partitions, _) in wanted.items()
+        if topic not in existing
+    ]
     if missing:
         response = await admin.create_topics(missing)
         for topic, code, message in response.topic_errors:
@@ -128,10 +134,14 @@ async def _ensure_declared(admin: AIOKafkaAdminClient, config: AppConfig) -> dic
         raise ConfigError(f"topics: {', '.join(missing)} do not exist and create_topics is false")
     if missing:
         new = [
-            NewTopic(name, config.topics[name].partitions, config.topics[name].replication_factor,
-                     topic_configs=declared_configs(config.topics[name]))
+            NewTopic(
+                name,
+                config.topics[name].partitions,
+                config.topics[name].replication_factor,
+                topic_configs=declared_configs(config.topics[name]),
+            )
             for name in missing
-        ]  # fmt: skip
+        ]
         response = await admin.create_topics(new)
         for topic, code, message in response.topic_errors:
             if code not in (0, TOPIC_EXISTS):
@@ -143,8 +153,11 @@ async def _ensure_declared(admin: AIOKafkaAdminClient, config: AppConfig) -> dic
         if counts[name] != config.topics[name].partitions:
             log.warning(
                 "topic %s has %d partitions, the app YAML declares %d; using %d",
-                name, counts[name], config.topics[name].partitions, counts[name],
-            )  # fmt: skip
+                name,
+                counts[name],
+                config.topics[name].partitions,
+                counts[name],
+            )
     for index, processor in enumerate(config.processors):
         actual = {topic: counts[topic] for topic in (*processor.inputs, *processor.table_topics())}
         if len(set(actual.values())) > 1:

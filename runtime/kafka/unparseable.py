@@ -146,8 +146,14 @@ async def _read_past(
     consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int, error: Exception, batches: dict[TopicPartition, Any]
 ) -> None:
     """Appends the records of the batch at `offset` from there on, read record by record, and moves past it."""
-    log.warning("the Kafka client cannot parse a record of %s[%d] at or after offset %d (%r): "
-                "reading that batch record by record", tp.topic, tp.partition, offset, error)  # fmt: skip
+    log.warning(
+        "the Kafka client cannot parse a record of %s[%d] at or after offset %d (%r): "
+        "reading that batch record by record",
+        tp.topic,
+        tp.partition,
+        offset,
+        error,
+    )
     try:
         batch = await _fetch_batch(consumer, tp, offset)
     except KafkaError as fetch_error:
@@ -170,9 +176,12 @@ async def _fetch_batch(consumer: AIOKafkaConsumer, tp: TopicPartition, offset: i
     if leader is None or leader < 0:
         return None
     request = FetchRequest(
-        max_wait_time=0, min_bytes=1, max_bytes=FETCH_BYTES, isolation_level=READ_UNCOMMITTED,
+        max_wait_time=0,
+        min_bytes=1,
+        max_bytes=FETCH_BYTES,
+        isolation_level=READ_UNCOMMITTED,
         topics=[(tp.topic, [(tp.partition, offset, FETCH_BYTES)])],
-    )  # fmt: skip
+    )
     response = await client.send(leader, request)
     for _topic, partitions in response.topics:
         for _partition, error_code, _highwater, *data in partitions:
@@ -188,8 +197,9 @@ async def _fetch_batch(consumer: AIOKafkaConsumer, tp: TopicPartition, offset: i
 def _record(tp: TopicPartition, raw: RawRecord) -> Any:
     errors = "strict" if raw.problem is None else "backslashreplace"
     headers = tuple((key.decode(errors=errors), value) for key, value in raw.headers)
-    record = FetchedRecord(tp.topic, tp.partition, raw.offset, raw.timestamp, raw.timestamp_type, raw.key, raw.value,
-                           headers)  # fmt: skip
+    record = FetchedRecord(
+        tp.topic, tp.partition, raw.offset, raw.timestamp, raw.timestamp_type, raw.key, raw.value, headers
+    )
     if raw.problem is None:
         return record
     return UnparseableRecord(f"the Kafka client cannot parse this record: {raw.problem}", record)

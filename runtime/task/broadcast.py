@@ -62,8 +62,9 @@ class BroadcastSource:
     ) -> BroadcastReader:
         """A task's reader of `topics`; `positions` gives the task's positions store once it is open."""
         partitions = [TopicPartition(topic, p) for topic in topics for p in range(self.partitions[topic])]
-        return BroadcastReader(partitions, positions, lambda: self.new_consumer(client_id), self.bounds,
-                               self.from_latest, self.exact)  # fmt: skip
+        return BroadcastReader(
+            partitions, positions, lambda: self.new_consumer(client_id), self.bounds, self.from_latest, self.exact
+        )
 
 
 class BroadcastReader:
@@ -123,8 +124,9 @@ class BroadcastReader:
             positions = self.committed_positions()
             for tp, offset in positions.items():
                 consumer.seek(tp, offset)
-            log.info("reading broadcast inputs from %s", {f"{tp.topic}[{tp.partition}]": at
-                                                           for tp, at in positions.items()})  # fmt: skip
+            log.info(
+                "reading broadcast inputs from %s", {f"{tp.topic}[{tp.partition}]": at for tp, at in positions.items()}
+            )
             self._consumer = consumer
             while True:
                 generation = self._generation

@@ -128,9 +128,15 @@ class AppDriver:
         for name in config.global_stores:
             self._global_stores[name] = GlobalStore.open(config, name, self._set_aside(name))
         services = TaskServices.of_app(
-            config, failures, counters, self._serdes, {name: store.view for name, store in self._global_stores.items()},
-            Telemetry(TelemetryConfig(), config.app_id), lambda task: None, committer.commit_before_processing,
-        )  # fmt: skip
+            config,
+            failures,
+            counters,
+            self._serdes,
+            {name: store.view for name, store in self._global_stores.items()},
+            Telemetry(TelemetryConfig(), config.app_id),
+            lambda task: None,
+            committer.commit_before_processing,
+        )
         services.clock = self.clock
         for spec in config.processors:
             for partition in range(self.topics.partitions(spec.inputs[0])):
@@ -200,14 +206,16 @@ class AppDriver:
         self.pipe_bytes_all(
             topic,
             (
-                (None if record[0] is None else encode_key(record[0]),
-                 None if record[1] is None else encode_value(record[1]),
-                 record[2] if len(record) > 2 else None)
+                (
+                    None if record[0] is None else encode_key(record[0]),
+                    None if record[1] is None else encode_value(record[1]),
+                    record[2] if len(record) > 2 else None,
+                )
                 for record in records
             ),
             headers=headers,
             partition=partition,
-        )  # fmt: skip
+        )
 
     def pipe_bytes(
         self,
@@ -440,5 +448,6 @@ class AppDriver:
         if serdes is not None:
             key = None if key is None else serdes[0].deserialize(key)
             value = None if value is None else serdes[1].deserialize(value)
-        return TopicRecord(record.topic, record.partition, record.offset, record.timestamp, key, value,
-                           list(record.headers))  # fmt: skip
+        return TopicRecord(
+            record.topic, record.partition, record.offset, record.timestamp, key, value, list(record.headers)
+        )

@@ -115,8 +115,19 @@ class Topics:
 def _record(topic: str, partition: int, entry: Entry) -> Any:
     """The record as aiokafka's consumer hands it over."""
     _, offset, timestamp, key, value, headers, _ = entry
-    return ConsumerRecord(topic, partition, offset, timestamp, 0, key, value, None, -1 if key is None else len(key),
-                          -1 if value is None else len(value), list(headers))  # fmt: skip
+    return ConsumerRecord(
+        topic,
+        partition,
+        offset,
+        timestamp,
+        0,
+        key,
+        value,
+        None,
+        -1 if key is None else len(key),
+        -1 if value is None else len(value),
+        list(headers),
+    )
 
 
 class _Acked(NamedTuple):
@@ -179,8 +190,10 @@ class MemoryProducer:
         if self.transactional and self._transaction is None:
             self._transaction = Transaction()
         append, transaction = self._topics.append, self._transaction
-        offsets = [append(topic, partition, key, value, headers, timestamp, transaction)
-                   for key, value, headers, timestamp in batch.records]  # fmt: skip
+        offsets = [
+            append(topic, partition, key, value, headers, timestamp, transaction)
+            for key, value, headers, timestamp in batch.records
+        ]
         acked: asyncio.Future[_Acked] = asyncio.get_running_loop().create_future()
         acked.set_result(_Acked(offsets[0]))
         return acked

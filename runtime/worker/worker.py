@@ -194,8 +194,14 @@ class Worker:
         failures = self._failure_handler()
         shared = self._shared = None
         if producer is not None:
-            shared = self._shared = Outputs(producer, partition_counts, counters, self._limits,
-                                            renew=self._clients.producer, on_refused=failures.refused)  # fmt: skip
+            shared = self._shared = Outputs(
+                producer,
+                partition_counts,
+                counters,
+                self._limits,
+                renew=self._clients.producer,
+                on_refused=failures.refused,
+            )
 
         def spawn(work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
             return group.create_task(work, name=name)
@@ -239,8 +245,9 @@ class Worker:
             bounded_run = BoundedRun(config, consumer, end_offsets, backpressure, assignment, commit_cycle)
         self.readiness.tasks = assignment.tasks.values
         self.readiness.records_to_restore = lambda: sum(left for _, left in list(restorer.partitions.values()))
-        register_levels(self.telemetry.metrics, self.counters, consumer, assignment, backpressure, restorer,
-                        self.global_stores)  # fmt: skip
+        register_levels(
+            self.telemetry.metrics, self.counters, consumer, assignment, backpressure, restorer, self.global_stores
+        )
         follower = spawn(self._supervised("following the global stores", self.global_stores.follow()), "follower")
         outages = spawn(report_outages(counters), "outage reports")
         pollers = [
@@ -298,15 +305,24 @@ class Worker:
 
             def transactional_outputs(transactional_id: str) -> Outputs:
                 transactional = functools.partial(
-                    self._clients.producer, transactional_id=transactional_id,
-                    transaction_timeout_ms=config.transaction_timeout_ms, client_id=transactional_id,
-                )  # fmt: skip
+                    self._clients.producer,
+                    transactional_id=transactional_id,
+                    transaction_timeout_ms=config.transaction_timeout_ms,
+                    client_id=transactional_id,
+                )
                 # A new producer, with the same transactional id, after the broker refused records.
                 return Outputs(transactional(), partition_counts, self.counters, self._limits, renew=transactional)
 
             from_latest = config.kafka.consumer.get("auto_offset_reset") == "latest"
-            return ExactlyOnce(consumer, config.app_id, config.group_id, from_latest, self.counters, self.telemetry,
-                               transactional_outputs)  # fmt: skip
+            return ExactlyOnce(
+                consumer,
+                config.app_id,
+                config.group_id,
+                from_latest,
+                self.counters,
+                self.telemetry,
+                transactional_outputs,
+            )
         assert shared is not None
         if config.guarantee is Guarantee.AT_MOST_ONCE:
             return AtMostOnce(consumer, shared, self.counters, self.telemetry)

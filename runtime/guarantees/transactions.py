@@ -201,13 +201,15 @@ class ExactlyOnce:
             self._fenced(task, error)
             return _Outcome.LOST
         task.refuse({
-            (raw.topic, raw.partition, raw.offset): broker_refusal(*output[:4], error)
-            for output, error in found if (raw := output[5]) is not None
+            (raw.topic, raw.partition, raw.offset): broker_refusal(
+                refusal.output.topic, refusal.output.key, refusal.output.value, refusal.output.headers, refusal.error
+            )
+            for refusal in found if (raw := refusal.output.source) is not None
         })  # fmt: skip
-        if any(output[5] is None for output, _ in found):
+        if any(refusal.output.source is None for refusal in found):
             raise StopWithoutCommit(
                 f"task {task.id}: the broker refused a record no input record sent (a changelog record, a dead "
-                f"letter or the output of a punctuation or a flush): {found[0][1]!r}"
+                f"letter or the output of a punctuation or a flush): {found[0].error!r}"
             )
         self._rewind(task, self._committed[task])
         await self._begin(task)

@@ -46,7 +46,6 @@ class StreamTimeMark:
     dues: Mapping[StreamTimePunctuator, int]
 
 
-PendingOutput = Output
 _READ_WITH = {
     "key_value": "store",
     "window": "window_store",
@@ -71,7 +70,7 @@ class TaskContext(Context):
     _limits: Limits = field(default_factory=dict)
     _counters: Counters = field(default_factory=Counters)  # the worker's, which `count` adds to
     _clock: Clock = SYSTEM_CLOCK
-    pending: list[PendingOutput] = field(default_factory=list)
+    pending: list[Output] = field(default_factory=list)
     # The input record being processed, which its outputs name (for the error policy, should the
     # broker refuse one); None in punctuations.
     source: Any = None
@@ -209,7 +208,9 @@ class TaskContext(Context):
                 if refusal is not None:
                     raise RecordRefused(refusal)
             check_record(topic, key_bytes, value_bytes, carried, limits)
-        self.pending.append((topic, key_bytes, value_bytes, carried, timestamp, self.source, self._processor_name))
+        self.pending.append(
+            Output(topic, key_bytes, value_bytes, carried, timestamp, self.source, self._processor_name)
+        )
 
     def store(self, name: str) -> BufferedKeyValueStore:
         entry = self._declared(name)

@@ -107,14 +107,14 @@ class FailureHandler:
 
     def refused(self, output: Output, error: Exception, outputs: Outputs) -> None:
         """The broker refused an output: its input record failed processing, after the fact."""
-        topic, key, value, headers, _, raw, processor = output
-        size = record_size(key, value, headers)
+        topic, raw, processor = output.topic, output.source, output.processor
+        size = record_size(output.key, output.value, output.headers)
         if raw is None or topic == self._dead_letter_topic:
             what = "a dead letter" if topic == self._dead_letter_topic else "a record"
             raise OutputRefused(
                 f"the broker refused {what} for topic '{topic}' ({size:,} bytes): {type(error).__name__}: {error}"
             ) from error
-        refusal = RecordRefused(broker_refusal(topic, key, value, headers, error))
+        refusal = RecordRefused(broker_refusal(topic, output.key, output.value, output.headers, error))
         refusal.__cause__ = error  # the dead letter's stack trace shows the client's
         if self.stops_on(Stage.PROCESSING):
             raise OutputRefused(

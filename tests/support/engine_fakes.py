@@ -166,8 +166,8 @@ class FakeOutputs:
         self.pending_records.append((topic, key, value))
 
     def append_all(self, records: list[Output]) -> None:
-        for topic, key, value, *_ in records:
-            self.append(topic, key, value)
+        for record in records:
+            self.append(record.topic, record.key, record.value)
 
     async def flush(self, keep_filling: bool = False) -> None:
         self.sent_records += self.pending_records

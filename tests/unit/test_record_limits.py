@@ -25,7 +25,7 @@ def test_send_refuses_a_record_above_the_topics_limit_and_keeps_the_rest(
     ctx.send("out", b"x" * 9_000, key="k", headers=headers)
     with pytest.raises(RecordRefused, match=r"topic 'out' is 10,\d{3} bytes .* above the 10,000 bytes it takes"):
         ctx.send("out", b"x" * 10_000, key="k", headers=headers)
-    assert [len(output[2] or b"") for output in ctx.pending] == [9_000]
+    assert [len(output.value or b"") for output in ctx.pending] == [9_000]
 
 
 def test_send_refuses_a_keyless_record_for_a_compacted_topic() -> None:

@@ -307,7 +307,7 @@ def test_without_propagate_unsampled_a_dropped_record_passes_no_context_on(
         with scope as span:
             fields = context.trace_fields = scope.fields
             context.send("out", "sampled")
-        assert [output[3] for output in context.pending] == [[], fields]
+        assert [output.headers for output in context.pending] == [[], fields]
         assert fields[0][1].endswith(b"-01") and span.get_span_context().trace_id == chosen[0]
     finally:
         telemetry.shutdown()
@@ -544,7 +544,7 @@ def test_send_gives_outputs_the_records_trace_fields_in_place_of_copied_ones() -
     context.send("out", "copied", headers=[("app", b"x"), stale])
     context.trace_fields = []  # a dropped record's when unsampled contexts are not propagated
     context.send("out", "copied", headers=[("app", b"x"), stale])
-    assert [output[3] for output in context.pending] == [
+    assert [output.headers for output in context.pending] == [
         (),
         fields,
         [("app", b"x"), *fields],

@@ -190,8 +190,9 @@ class ExactlyOnce:
     async def _redo_without(self, task: Task, refused: OutputsRefused) -> _Outcome:
         """The broker refused outputs: abort, find which (each alone, in transactions aborted too), and
         redo the work, with the input records of those going to the processing policy."""
-        log.warning("transaction of task %s: %s; aborting it, finding the refused records, redoing its work",
-                    task.id, refused)  # fmt: skip
+        log.warning(
+            "transaction of task %s: %s; aborting it, finding the refused records, redoing its work", task.id, refused
+        )
         try:
             await self._abort(task, rewind=False)
             found = await self._outputs[task.id].probe(refused.records)
@@ -200,12 +201,19 @@ class ExactlyOnce:
         except FENCED as error:
             self._fenced(task, error)
             return _Outcome.LOST
-        task.refuse({
-            (raw.topic, raw.partition, raw.offset): broker_refusal(
-                refusal.output.topic, refusal.output.key, refusal.output.value, refusal.output.headers, refusal.error
-            )
-            for refusal in found if (raw := refusal.output.source) is not None
-        })  # fmt: skip
+        task.refuse(
+            {
+                (raw.topic, raw.partition, raw.offset): broker_refusal(
+                    refusal.output.topic,
+                    refusal.output.key,
+                    refusal.output.value,
+                    refusal.output.headers,
+                    refusal.error,
+                )
+                for refusal in found
+                if (raw := refusal.output.source) is not None
+            }
+        )
         if any(refusal.output.source is None for refusal in found):
             raise StopWithoutCommit(
                 f"task {task.id}: the broker refused a record no input record sent (a changelog record, a dead "

@@ -205,8 +205,13 @@ class Outputs:
         """Append output records, each to its partition by Kafka's partitioner. The common case, a record
         without headers whose batch has room, is done here, without a call per record."""
         add, counts, round_robin, murmur, seed, opened = (
-            self._add, self._partition_counts, self._round_robin, murmurhash2, KAFKA_SEED, self._open
-        )  # fmt: skip
+            self._add,
+            self._partition_counts,
+            self._round_robin,
+            murmurhash2,
+            KAFKA_SEED,
+            self._open,
+        )
         for record in records:
             topic, key = record.topic, record.key
             if key is None:
@@ -291,8 +296,11 @@ class Outputs:
             limits = self.limits.get(topic)
             if limits is not None and len(records) > 1 and size > limits.max_bytes:
                 full.popleft()  # the producer's batches outgrow the topic: smaller ones, in order
-                parts = [(topic, partition, batch) for part in self._split(records, limits.max_bytes)
-                         for batch in self._batches_of(part)]  # fmt: skip
+                parts = [
+                    (topic, partition, batch)
+                    for part in self._split(records, limits.max_bytes)
+                    for batch in self._batches_of(part)
+                ]
                 full.extendleft(reversed(parts))
                 continue
             held = _held_bytes(size, records)
@@ -367,8 +375,9 @@ class Outputs:
             assert self._renew is not None and self._on_refused is not None
             log.warning(
                 "the broker refused records in %d batches (%s); sending them again with a new producer",
-                len(failed), ", ".join(sorted({f"{sent.topic}[{sent.partition}]" for sent in failed})),
-            )  # fmt: skip
+                len(failed),
+                ", ".join(sorted({f"{sent.topic}[{sent.partition}]" for sent in failed})),
+            )
             await asyncio.shield(self._renew_producer(self._renew))
             self._inflight = []
             self._send_each_again(failed, self._on_refused)

@@ -72,9 +72,12 @@ class FailureHandler:
         policies = {Stage.DESERIALIZATION: config.errors.deserialization, Stage.PROCESSING: config.errors.processing}
         dead_letters = limits.get(config.dead_letter_topic)
         return cls(
-            config.app_id, policies, config.dead_letter_topic, counters,
+            config.app_id,
+            policies,
+            config.dead_letter_topic,
+            counters,
             *([dead_letters.max_bytes] if dead_letters is not None else []),
-        )  # fmt: skip
+        )
 
     def stops_on(self, stage: Stage) -> bool:
         """Whether a failure at `stage` stops the worker (the `fail` policy)."""
@@ -96,9 +99,12 @@ class FailureHandler:
         if isinstance(error, UnparseableRecordError):
             raw = error.recovered  # the record as fetched cannot be read: this is what its bytes still hold
         key, value, headers = fit_dead_letter(
-            raw.key, raw.value, raw.headers, self.error_headers(stage, processor, raw, error),
+            raw.key,
+            raw.value,
+            raw.headers,
+            self.error_headers(stage, processor, raw, error),
             self._dead_letter_max_bytes,
-        )  # fmt: skip
+        )
         outputs.append(self._dead_letter_topic, key, value, headers, timestamp_ms=raw.timestamp, processor=processor)
         self._counters.dead_lettered += 1
         log.warning("dead-lettered record %s (%s failed in '%s'): %r", where, stage, processor, error)

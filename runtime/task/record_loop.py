@@ -9,12 +9,13 @@ punctuation due. The offset and the counters are brought up to date once per bat
 `on_batch_done`: no commit can run inside a batch, as the batch holds the task's turn.
 
 The plain loop (`process` with telemetry off and no concurrency) does everything inline: it is the fast
-path. Every other path takes a record through the same three steps, `decode`, `_advance_stream_time` and
-`_process_one` (a span around a sampled record, its processing time measured): the loop with telemetry
-on; a merge processor's records, one at a time, each decoded while it waits at the head of its queue and
-processed once chosen (`process_chosen`); and a processor with concurrency, whose records are decoded
-here, in order, and handed over to be processed several at a time (`runtime/task/in_flight.py`), each
-with a context of its own. Tests run the plain loop and the observed one both.
+path. Every other path takes a record through the same steps, `decode`, stream time (inline in the
+observed loop, as in the plain one; `_advance_stream_time` elsewhere) and `_process_one` (a span around a
+sampled record, its processing time measured): the loop with telemetry on; a merge processor's records,
+one at a time, each decoded while it waits at the head of its queue and processed once chosen
+(`process_chosen`); and a processor with concurrency, whose records are decoded here, in order, and
+handed over to be processed several at a time (`runtime/task/in_flight.py`), each with a context of its
+own. Tests run the plain loop and the observed one both.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ across sections in `app`, and reading a file in `loading`.
 
 from runtime.config.app import AppConfig, ErrorPolicy, ErrorsConfig, Guarantee, QueueConfig
 from runtime.config.common import ConfigError, known_serde, known_topic_serde
+from runtime.config.internal_topics import InternalTopicsConfig
 from runtime.config.kafka import KafkaConfig
 from runtime.config.loading import format_validation_error, load_app, parse_app
 from runtime.config.processors import ProcessorConfig
@@ -19,6 +20,7 @@ __all__ = [
     "ErrorsConfig",
     "GlobalStoreConfig",
     "Guarantee",
+    "InternalTopicsConfig",
     "KafkaConfig",
     "ProcessorConfig",
     "QueueConfig",

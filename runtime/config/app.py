@@ -6,10 +6,11 @@ import re
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from runtime.config.common import MAX_TRANSACTION_TIMEOUT_MS, NAME, Strict, derived_topic, valid_topic_name
 from runtime.config.health import HealthConfig
+from runtime.config.internal_topics import InternalTopicsConfig
 from runtime.config.kafka import KafkaConfig
 from runtime.config.kafka_options import INT32_MAX
 from runtime.config.outbox import OutboxConfig
@@ -73,6 +74,7 @@ class AppConfig(Strict):
     max_task_idle_ms: int = Field(default=0, ge=0, le=INT32_MAX)
     errors: ErrorsConfig = Field(default_factory=ErrorsConfig)
     create_topics: bool = True
+    internal_topics: InternalTopicsConfig = Field(default_factory=InternalTopicsConfig)
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
     state_dir: Path = Path("state")
     rocksdb: RocksDBConfig = Field(default_factory=RocksDBConfig)
@@ -86,6 +88,7 @@ class AppConfig(Strict):
     outboxes: dict[str, OutboxConfig] = Field(default_factory=dict)  # database tables shipped to Kafka
     table_followers: dict[str, TableFollowerConfig] = Field(default_factory=dict)  # tables into compacted topics
     replay_jobs: ReplayJobsConfig = Field(default_factory=ReplayJobsConfig)  # `python -m runtime replay-jobs`
+    _derived_topics: set[str] = PrivateAttr(default_factory=set)  # set by the checks: see derived_topics
 
     @field_validator("app_id")
     @classmethod
@@ -195,7 +198,10 @@ class AppConfig(Strict):
         if needs_dead_letters and self.dead_letter_topic not in self.topics:
             derived_topic("app_id", "dead-letter", self.dead_letter_topic)
             # The dead-letter topic always exists as bytes, whatever the app's serdes are.
-            self.topics[self.dead_letter_topic] = TopicConfig(key_serde="bytes", value_serde="bytes")
+            self.topics[self.dead_letter_topic] = self.internal_topics.topic(
+                partitions=1, key_serde="bytes", value_serde="bytes"
+            )
+            self._derived_topics.add(self.dead_letter_topic)
         return self
 
     def _put_rekeying_in_front(self) -> None:
@@ -213,9 +219,10 @@ class AppConfig(Strict):
             if topic in self.topics:
                 raise ValueError(f"processors[{index}].repartition: the topic {topic} is declared under topics")
             partitions = processor.repartition.partitions or self.topics[processor.inputs[0]].partitions
-            self.topics[topic] = TopicConfig(
+            self.topics[topic] = self.internal_topics.topic(
                 partitions=partitions, key_serde=processor.repartition.key_serde, value_serde="msgpack"
             )
+            self._derived_topics.add(topic)
             stage = ProcessorConfig.model_validate(
                 {
                     "name": f"{processor.name}-repartition",
@@ -227,6 +234,11 @@ class AppConfig(Strict):
             )
             self.processors[index] = processor.reading_repartition(topic)
             self.processors.insert(index, stage)
+
+    def derived_topics(self) -> set[str]:
+        """The topics of `topics` the runtime added itself (repartition, dead letters): created, like
+        changelogs, with `internal_topics`."""
+        return set(self._derived_topics)
 
     def outbox_position_topic(self, outbox: str) -> str:
         """Where the outbox's poller keeps the last id it shipped (compacted; one partition)."""

@@ -34,6 +34,15 @@ def valid_topic_name(name: str) -> str:
     return name
 
 
+def replicas(factor: int) -> int:
+    """A replication factor: a number of replicas, or -1 for the broker's `default.replication.factor`."""
+    if factor == 0 or factor < -1:
+        raise ValueError(f"{factor} is no number of replicas: 1 or more, or -1 for the broker's default")
+    if factor > MAX_REPLICATION_FACTOR:
+        raise ValueError(f"{factor} is above {MAX_REPLICATION_FACTOR}, the most Kafka's protocol carries")
+    return factor
+
+
 def describe_error(error: Exception) -> str:
     return str(error) if isinstance(error, ImportError) else f"{type(error).__name__}: {error}"
 

@@ -7,14 +7,15 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from runtime.config.common import MAX_PARTITIONS, MAX_REPLICATION_FACTOR, Strict, known_topic_serde
+from runtime.config.common import MAX_PARTITIONS, Strict, known_topic_serde, replicas
 from runtime.config.registry_topics import check_schema_file
 from runtime.config.timestamps import TimestampConfig
+from stores.replication import BROKER_DEFAULT
 
 
 class TopicConfig(Strict):
     partitions: int = Field(default=1, ge=1, le=MAX_PARTITIONS)
-    replication_factor: int = Field(default=1, ge=1, le=MAX_REPLICATION_FACTOR)
+    replication_factor: int = BROKER_DEFAULT  # used when the topic is created; -1: the broker's default
     key_serde: str = "msgpack"
     value_serde: str = "msgpack"
     # With a registry serde: the schema the app writes with and reads into (an Avro .avsc, a JSON
@@ -26,6 +27,7 @@ class TopicConfig(Strict):
     timestamp: TimestampConfig | None = None  # None: the Kafka record's timestamp
 
     _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: known_topic_serde(name)))
+    _replicas = field_validator("replication_factor")(classmethod(lambda cls, factor: replicas(factor)))
 
     @field_validator("key_schema", "value_schema")
     @classmethod

@@ -1,4 +1,5 @@
-"""Make sure the app's topics exist with the partition counts its processors rely on."""
+"""Make sure the app's topics exist with the partition counts its processors rely on, and the
+runtime's own topics with the replicas `internal_topics` asks."""
 
 from __future__ import annotations
 
@@ -6,18 +7,21 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from runtime.config import AppConfig, ConfigError, TopicConfig
+from runtime.config import AppConfig, ConfigError, InternalTopicsConfig, TopicConfig
 from runtime.kafka.record_limits import DEFAULT_MAX_REQUEST_SIZE, Limits, TopicLimits
+from stores.replication import BrokerDefaultUnknown, ReplicationFactors
 
 log = logging.getLogger(__name__)
 
 UNKNOWN_TOPIC = 3
 TOPIC_EXISTS = 36
+INVALID_REPLICATION_FACTOR = 38
 
 
 def declared_configs(topic: TopicConfig) -> dict[str, str]:
@@ -26,8 +30,7 @@ def declared_configs(topic: TopicConfig) -> dict[str, str]:
 
 async def describe_partitions(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, int]:
     """Partition counts of the topics that exist."""
-    described: list[dict[str, Any]] = await admin.describe_topics(topics)
-    return {entry["topic"]: len(entry["partitions"]) for entry in described if entry["error_code"] == 0}
+    return {topic: shape.partitions for topic, shape in (await describe_shapes(admin, topics)).items()}
 
 
 async def describe_limits(admin: AIOKafkaAdminClient, config: AppConfig, topics: list[str]) -> Limits:
@@ -69,10 +72,50 @@ def topic_limits(config: AppConfig, topic_configs: Mapping[str, str | None]) -> 
     return TopicLimits(max_bytes, needs_key=compacted)
 
 
+@dataclass(frozen=True)
+class InternalTopic:
+    """A topic of the runtime's own that the app does not declare (positions, replay jobs, rewinds)."""
+
+    name: str
+    partitions: int = 1
+    compacted: bool = False
+
+
+@dataclass(frozen=True)
+class TopicShape:
+    partitions: int
+    replicas: int  # the fewest any of its partitions has
+
+
+@dataclass(frozen=True)
+class Replication:
+    """What a topic is created with, and the YAML field that asks it, for the messages that name it."""
+
+    asked: int
+    setting: str
+
+
+INTERNAL = "internal_topics.replication_factor"
+
+
+async def describe_shapes(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, TopicShape]:
+    """Partitions and replicas of the topics that exist."""
+    described: list[dict[str, Any]] = await admin.describe_topics(topics)
+    return {
+        entry["topic"]: TopicShape(
+            len(entry["partitions"]), min((len(p["replicas"]) for p in entry["partitions"]), default=0)
+        )
+        for entry in described
+        if entry["error_code"] == 0
+    }
+
+
 async def ensure_topics(admin: AIOKafkaAdminClient, config: AppConfig) -> dict[str, int]:
     """Create missing topics (when allowed) and changelogs; return every topic's partition count."""
-    counts = await _ensure_declared(admin, config)
-    return {**counts, **await _ensure_changelogs(admin, config, counts), **await _global_topics(admin, config)}
+    factors = ReplicationFactors(admin)
+    counts = await _ensure_declared(admin, config, factors)
+    changelogs = await _ensure_changelogs(admin, config, counts, factors)
+    return {**counts, **changelogs, **await _global_topics(admin, config)}
 
 
 async def _global_topics(admin: AIOKafkaAdminClient, config: AppConfig) -> dict[str, int]:
@@ -100,35 +143,39 @@ def changelog_partitions(config: AppConfig, counts: Mapping[str, int]) -> dict[s
     return wanted
 
 
-async def _ensure_changelogs(admin: AIOKafkaAdminClient, config: AppConfig, counts: dict[str, int]) -> dict[str, int]:
+async def _ensure_changelogs(
+    admin: AIOKafkaAdminClient, config: AppConfig, counts: dict[str, int], factors: ReplicationFactors
+) -> dict[str, int]:
     """One compacted changelog per store, with as many partitions as its processor's inputs."""
     wanted = changelog_partitions(config, counts)
     if not wanted:
         return {}
-    existing = await describe_partitions(admin, sorted(wanted))
+    existing = await describe_shapes(admin, sorted(wanted))
     for topic, (partitions, processor_name) in wanted.items():
-        if topic in existing and existing[topic] != partitions:
+        if topic in existing and existing[topic].partitions != partitions:
             raise ConfigError(
-                f"changelog topic {topic} has {existing[topic]} partitions, but the inputs of processor "
+                f"changelog topic {topic} has {existing[topic].partitions} partitions, but the inputs of processor "
                 f"'{processor_name}' have {partitions}: delete the changelog (and the app's state) or fix the inputs"
             )
-    missing = [
-        NewTopic(topic, partitions, 1, topic_configs={"cleanup.policy": "compact"})
-        for topic, (partitions, _) in wanted.items()
-        if topic not in existing
-    ]
-    if missing:
-        response = await admin.create_topics(missing)
-        for topic, code, message in response.topic_errors:
-            if code not in (0, TOPIC_EXISTS):
-                raise ConfigError(f"changelog topic {topic} could not be created: {message} (error {code})")
-            log.info("created changelog topic %s", topic)
+    changelogs = [InternalTopic(topic, partitions, compacted=True) for topic, (partitions, _) in wanted.items()]
+    await _ensure_internal(admin, config.internal_topics, changelogs, existing, factors, "changelog topic")
     return await _wait_for_partitions(admin, sorted(wanted))
 
 
-async def _ensure_declared(admin: AIOKafkaAdminClient, config: AppConfig) -> dict[str, int]:
+def _declared_replication(config: AppConfig, name: str) -> Replication:
+    setting = INTERNAL if name in config.derived_topics() else f"topics.{name}.replication_factor"
+    return Replication(config.topics[name].replication_factor, setting)
+
+
+async def _ensure_declared(
+    admin: AIOKafkaAdminClient, config: AppConfig, factors: ReplicationFactors
+) -> dict[str, int]:
     names = sorted(config.topics)
-    counts = await describe_partitions(admin, names)
+    shapes = await describe_shapes(admin, names)
+    counts = {name: shape.partitions for name, shape in shapes.items()}
+    replication = {name: _declared_replication(config, name) for name in names}
+    derived = config.derived_topics()
+    await _warn_below(factors, {name: shape for name, shape in shapes.items() if name in derived}, replication)
     missing = [name for name in names if name not in counts]
     if missing and not config.create_topics:
         raise ConfigError(f"topics: {', '.join(missing)} do not exist and create_topics is false")
@@ -137,17 +184,13 @@ async def _ensure_declared(admin: AIOKafkaAdminClient, config: AppConfig) -> dic
             NewTopic(
                 name,
                 config.topics[name].partitions,
-                config.topics[name].replication_factor,
+                await _resolve(factors, replication[name]),
                 topic_configs=declared_configs(config.topics[name]),
             )
             for name in missing
         ]
-        response = await admin.create_topics(new)
-        for topic, code, message in response.topic_errors:
-            if code not in (0, TOPIC_EXISTS):
-                raise ConfigError(f"topics.{topic}: could not be created: {message} (error {code})")
-            if code == 0:
-                log.info("created topic %s (%d partitions)", topic, config.topics[topic].partitions)
+        for topic in await _create(admin, new, replication, "topic"):
+            log.info("created topic %s (%d partitions)", topic, config.topics[topic].partitions)
         counts = await _wait_for_partitions(admin, names)
     for name in names:
         if counts[name] != config.topics[name].partitions:
@@ -168,20 +211,90 @@ async def _ensure_declared(admin: AIOKafkaAdminClient, config: AppConfig) -> dic
     return counts
 
 
-async def ensure_internal_topics(admin: AIOKafkaAdminClient, wanted: Sequence[NewTopic]) -> dict[str, int]:
-    """Create those of `wanted` (topics of the runtime's own, not declared by the app) that do not exist;
-    every one's partition count."""
+async def ensure_internal_topics(
+    admin: AIOKafkaAdminClient, settings: InternalTopicsConfig, wanted: Sequence[InternalTopic]
+) -> dict[str, int]:
+    """Create those of `wanted` that do not exist, as `internal_topics` says; every one's partition count."""
     names = sorted(topic.name for topic in wanted)
-    existing = await describe_partitions(admin, names)
+    existing = await describe_shapes(admin, names)
+    await _ensure_internal(admin, settings, wanted, existing, ReplicationFactors(admin), "topic")
+    return await _wait_for_partitions(admin, names)
+
+
+def internal_topic_request(settings: InternalTopicsConfig, topic: InternalTopic, replicas: int) -> NewTopic:
+    """What the cluster is asked for: `internal_topics.configs`, and compaction where the topic keeps
+    each key's latest value."""
+    configs = {**settings.configs, **({"cleanup.policy": "compact"} if topic.compacted else {})}
+    return NewTopic(topic.name, topic.partitions, replicas, topic_configs=configs)
+
+
+async def _ensure_internal(
+    admin: AIOKafkaAdminClient,
+    settings: InternalTopicsConfig,
+    wanted: Sequence[InternalTopic],
+    existing: Mapping[str, TopicShape],
+    factors: ReplicationFactors,
+    what: str,
+) -> None:
+    internal = Replication(settings.replication_factor, INTERNAL)
+    replication = {topic.name: internal for topic in wanted}
+    await _warn_below(factors, existing, replication)
     missing = [topic for topic in wanted if topic.name not in existing]
     if missing:
-        response = await admin.create_topics(missing)
-        for topic, code, message in response.topic_errors:
-            if code not in (0, TOPIC_EXISTS):
-                raise ConfigError(f"topic {topic} could not be created: {message} (error {code})")
-            if code == 0:
-                log.info("created topic %s", topic)
-    return await _wait_for_partitions(admin, names)
+        replicas = await _resolve(factors, internal)
+        new = [internal_topic_request(settings, topic, replicas) for topic in missing]
+        for name in await _create(admin, new, replication, what):
+            log.info("created %s %s (%d replicas)", what, name, replicas)
+
+
+async def _resolve(factors: ReplicationFactors, replication: Replication) -> int:
+    try:
+        return await factors.resolve(replication.asked)
+    except BrokerDefaultUnknown as error:
+        raise ConfigError(
+            f"{replication.setting}: -1 asks for the broker's default.replication.factor, which it did not tell "
+            f"({error}): set a number of replicas"
+        ) from error
+
+
+async def _warn_below(
+    factors: ReplicationFactors, existing: Mapping[str, TopicShape], replication: Mapping[str, Replication]
+) -> None:
+    """An internal topic made before (by hand, or with another setting) keeps its replicas: one line each
+    where they are fewer than asked, since a lost broker can then lose the state it holds."""
+    for topic, shape in sorted(existing.items()):
+        asked = await _resolve(factors, replication[topic])
+        if shape.replicas < asked:
+            log.warning(
+                "topic %s has %d replica%s, fewer than the %d %s asks: it is left as it is "
+                "(kafka-reassign-partitions adds replicas)",
+                topic,
+                shape.replicas,
+                "" if shape.replicas == 1 else "s",
+                asked,
+                replication[topic].setting,
+            )
+
+
+async def _create(
+    admin: AIOKafkaAdminClient, new: list[NewTopic], replication: Mapping[str, Replication], what: str
+) -> list[str]:
+    """The topics created now (another process may have made one first); a refusal stops the app, naming
+    the setting to change when it is the replication factor the cluster refused."""
+    response = await admin.create_topics(new)
+    replicas = {topic.name: topic.replication_factor for topic in new}
+    created = []
+    for topic, code, message in response.topic_errors:
+        if code == INVALID_REPLICATION_FACTOR:
+            raise ConfigError(
+                f"{replication[topic].setting}: {what} {topic} cannot be created with {replicas[topic]} "
+                f"replicas: {message}"
+            )
+        if code not in (0, TOPIC_EXISTS):
+            raise ConfigError(f"{what} {topic} could not be created: {message} (error {code})")
+        if code == 0:
+            created.append(topic)
+    return created
 
 
 METADATA_WAIT_S = 10.0

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import TopicPartition
-from aiokafka.admin import NewTopic
 
 from runtime.commands.app_topics import intermediate_topics
 from runtime.commands.cluster import Cluster, CommandFailed, connect
@@ -40,7 +39,7 @@ from runtime.commands.reset import commit_offsets, require_stopped
 from runtime.commands.running import command_parser, run
 from runtime.commands.times import parse_time
 from runtime.config import AppConfig
-from runtime.kafka.topics import describe_partitions, ensure_internal_topics
+from runtime.kafka.topics import InternalTopic, describe_partitions, ensure_internal_topics
 from runtime.rewind.catalog import AppCheckpoint, checkpoints
 from runtime.rewind.changelog import Correction, append, corrections, ends
 from stores.checkpoint import carry_forward
@@ -197,7 +196,7 @@ async def _record(cluster: Cluster, app: AppConfig, producer: Any, planned: Rewi
     admin = cluster.admin()
     await admin.start()
     try:
-        await ensure_internal_topics(admin, [NewTopic(rewinds_topic(app), 1, 1)])
+        await ensure_internal_topics(admin, app.internal_topics, [InternalTopic(rewinds_topic(app))])
     finally:
         await admin.close()
     await producer.send_and_wait(rewinds_topic(app), json.dumps(record).encode(), key=app.app_id.encode())

@@ -54,7 +54,7 @@ class PollingSource(ABC):
             partition_counts,
             counters,
             limits,
-            app.transaction_timeout_ms,
+            app,
         )
 
     async def run(self) -> None:

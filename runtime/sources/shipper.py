@@ -15,14 +15,14 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from aiokafka import TopicPartition
-from aiokafka.admin import NewTopic
 from aiokafka.errors import KafkaError, ProducerFenced
 
+from runtime.config import AppConfig
 from runtime.counters import Counters
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.outputs import HeaderList, Outputs
 from runtime.kafka.record_limits import Limits
-from runtime.kafka.topics import ensure_internal_topics
+from runtime.kafka.topics import InternalTopic, ensure_internal_topics
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,9 @@ class Shipper:
         partition_counts: Mapping[str, int],
         counters: Counters,
         limits: Limits,
-        transaction_timeout_ms: int,
+        app: AppConfig,
     ):
+        """`app`: its transaction timeout, and how its internal topics are created."""
         self.name = name
         self.position_topic = position_topic
         self.position: str | None = None  # the last one shipped
@@ -49,9 +50,11 @@ class Shipper:
         self._counts = {**partition_counts, position_topic: 1}
         self._counters = counters
         self._limits = limits
-        self._timeout_ms = transaction_timeout_ms
+        self._internal_topics = app.internal_topics
         self._producer = clients.producer(
-            transactional_id=transactional_id, client_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms
+            transactional_id=transactional_id,
+            client_id=transactional_id,
+            transaction_timeout_ms=app.transaction_timeout_ms,
         )
         self._outputs = Outputs(self._producer, self._counts, counters, limits)
 
@@ -112,7 +115,8 @@ class Shipper:
         admin = self._clients.admin()
         await start_with_retries("admin client", self._clients.bootstrap_servers, admin.start)
         try:
-            compacted = NewTopic(self.position_topic, 1, 1, topic_configs={"cleanup.policy": "compact"})
-            await ensure_internal_topics(admin, [compacted])
+            await ensure_internal_topics(
+                admin, self._internal_topics, [InternalTopic(self.position_topic, compacted=True)]
+            )
         finally:
             await admin.close()

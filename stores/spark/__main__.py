@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import get_args
 
 from stores.layout import StoreKind
+from stores.replication import BROKER_DEFAULT
 from stores.snapshot import SnapshotError
 
 
@@ -21,12 +22,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master", default=None, help="e.g. local[2]; default: spark-submit's or local[*]")
 
 
-def _options(pairs: Sequence[str]) -> dict[str, str]:
+def _options(pairs: Sequence[str], flag: str = "--option") -> dict[str, str]:
     options = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep:
-            raise SystemExit(f"--option takes NAME=VALUE, got '{pair}'")
+            raise SystemExit(f"{flag} takes NAME=VALUE, got '{pair}'")
         options[name] = value
     return options
 
@@ -55,6 +56,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write the rows into the store's changelog (created if missing; must be empty), so the "
         "changelog stays the full truth (needs --bootstrap-servers)",
     )
+    boot.add_argument(
+        "--replication-factor",
+        type=int,
+        default=BROKER_DEFAULT,
+        help="--seed-changelog: the replicas of a changelog it creates, as the app's "
+        "internal_topics.replication_factor (default -1: the broker's default.replication.factor)",
+    )
+    boot.add_argument(
+        "--topic-config",
+        action="append",
+        default=[],
+        help="--seed-changelog: a config NAME=VALUE of a changelog it creates, as the app's internal_topics.configs",
+    )
     boot.add_argument("--bootstrap-servers", help="Kafka, for --topic-offsets and --seed-changelog")
     _common(boot)
 
@@ -79,14 +93,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         if args.command == "bootstrap":
-            from stores.spark.bootstrap import bootstrap, read_source
+            from stores.spark.bootstrap import ChangelogSeed, bootstrap, read_source
 
             topic_offsets = None
             if (args.topic_offsets or args.seed_changelog) and not args.bootstrap_servers:
                 raise ValueError("--topic-offsets and --seed-changelog need --bootstrap-servers")
             if args.topic_offsets and args.seed_changelog:
                 raise ValueError("--topic-offsets and --seed-changelog exclude each other")
-            seed = (args.bootstrap_servers, args.seed_changelog) if args.seed_changelog else None
+            seed = None
+            if args.seed_changelog:
+                seed = ChangelogSeed(
+                    args.bootstrap_servers,
+                    args.seed_changelog,
+                    args.replication_factor,
+                    _options(args.topic_config, "--topic-config"),
+                )
             if args.topic_offsets:
                 from stores.spark.snapshot import changelog_end_offsets
 

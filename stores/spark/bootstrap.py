@@ -12,18 +12,29 @@ import functools
 import os
 import shutil
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from stores.replication import BROKER_DEFAULT, ReplicationFactors
 from stores.serdes import resolve_serde
 from stores.snapshot import Manifest, SnapshotError, finish_snapshot
 from stores.spark.partitioning import KeyValue, place_and_sort, write_ssts
 from stores.spark.snapshot import changelog_end_offsets
 
 SOURCES = ("parquet", "csv", "json", "jdbc")
+
+
+@dataclass(frozen=True)
+class ChangelogSeed:
+    """The changelog the rows also go into, created as the app's `internal_topics` would create it."""
+
+    bootstrap_servers: str
+    topic: str
+    replication_factor: int = BROKER_DEFAULT
+    configs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -73,7 +84,7 @@ def bootstrap(
     value_serde: str,
     out: str | os.PathLike[str],
     topic_offsets: tuple[str, dict[int, int]] | None = None,
-    seed: tuple[str, str] | None = None,
+    seed: ChangelogSeed | None = None,
 ) -> BootstrapResult:
     """`value_columns=None` stores every non-key column, as a dict. A repeated key fails the job.
 
@@ -81,7 +92,7 @@ def bootstrap(
     holds everything that topic held then (a global store's topic, fed from the same database):
     the manifest records them, so the runtime reads only the topic's records after them.
 
-    `seed`, (bootstrap servers, changelog topic), also writes the rows into the store's changelog,
+    `seed`, a changelog and its cluster, also writes the rows into the store's changelog,
     which must be empty, so the changelog stays the full truth (a later changelog snapshot, or a
     restore without snapshots, then has every bootstrapped key); the manifest covers those records.
     """
@@ -108,12 +119,12 @@ def bootstrap(
     out_dir.mkdir(parents=True, exist_ok=True)
     placed = place_and_sort(pairs, partitions)
     if seed is not None:
-        empty_changelog(*seed, partitions)
+        empty_changelog(seed, partitions)
         placed = placed.cache()  # written twice: SSTs and changelog
     try:
         written = write_ssts(placed, out_dir)
         if seed is not None:
-            topic_offsets = (seed[1], seed_changelog(spark, placed, *seed))
+            topic_offsets = (seed.topic, seed_changelog(spark, placed, seed.bootstrap_servers, seed.topic))
     except Exception:
         shutil.rmtree(out_dir, ignore_errors=True)
         raise
@@ -131,15 +142,15 @@ def bootstrap(
     return BootstrapResult(rows_read=rows_read.value, rows_written=sum(manifest.row_counts.values()), manifest=manifest)
 
 
-def empty_changelog(bootstrap_servers: str, topic: str, partitions: int) -> None:
+def empty_changelog(seed: ChangelogSeed, partitions: int) -> None:
     """Creates the changelog (compacted) if missing; refuses one with records: the snapshot's offsets
     would claim them, and their keys are not in the bulk data."""
-    asyncio.run(_ensure_topic(bootstrap_servers, topic, partitions))
-    ends = changelog_end_offsets(bootstrap_servers, topic)
+    asyncio.run(_ensure_topic(seed, partitions))
+    ends = changelog_end_offsets(seed.bootstrap_servers, seed.topic)
     if len(ends) != partitions:
-        raise SnapshotError(f"changelog {topic} has {len(ends)} partitions, expected {partitions}")
+        raise SnapshotError(f"changelog {seed.topic} has {len(ends)} partitions, expected {partitions}")
     if any(ends.values()):
-        raise SnapshotError(f"changelog {topic} already has records (end offsets {ends}): seed only an empty one")
+        raise SnapshotError(f"changelog {seed.topic} already has records (end offsets {ends}): seed only an empty one")
 
 
 def seed_changelog(spark: Any, placed: Any, bootstrap_servers: str, topic: str) -> dict[int, int]:
@@ -155,14 +166,20 @@ def _with_partition(index: int, pairs: Iterator[KeyValue]) -> Iterator[tuple[int
         yield index, bytes(key), bytes(value)
 
 
-async def _ensure_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+async def _ensure_topic(seed: ChangelogSeed, partitions: int) -> None:
+    topic = seed.topic
+    admin = AIOKafkaAdminClient(bootstrap_servers=seed.bootstrap_servers)
     await admin.start()
     try:
         described: list[dict[str, Any]] = await admin.describe_topics([topic])
         if any(entry["topic"] == topic and entry["error_code"] == 0 for entry in described):
             return
-        await admin.create_topics([NewTopic(topic, partitions, 1, topic_configs={"cleanup.policy": "compact"})])
+        replicas = await ReplicationFactors(admin).resolve(seed.replication_factor)
+        configs = {**seed.configs, "cleanup.policy": "compact"}
+        response = await admin.create_topics([NewTopic(topic, partitions, replicas, topic_configs=configs)])
+        for _, code, message in response.topic_errors:
+            if code != 0:
+                raise SnapshotError(f"changelog {topic} could not be created with {replicas} replicas: {message}")
         for _ in range(100):  # until its partitions have leaders
             described = await admin.describe_topics([topic])
             if any(entry["error_code"] == 0 and len(entry["partitions"]) == partitions for entry in described):

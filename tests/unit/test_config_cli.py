@@ -391,7 +391,7 @@ CLIENT_CASES = [
     Case(
         "replication factor beyond int16",
         set_topic("out", replication_factor=40000),
-        expected=(r"topics\.out\.replication_factor: Input should be less than or equal to 32767",),
+        expected=(r"topics\.out\.replication_factor: 40000 is above 32767",),
     ),
     Case(
         "transaction timeout above the broker's maximum",

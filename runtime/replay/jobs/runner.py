@@ -194,7 +194,7 @@ class JobRunner:
             partition_counts,
             self._place.counters,
             limits,
-            config.transaction_timeout_ms,
+            config,
         )
 
     def _latest(self, shipper: Shipper) -> JobState | None:

@@ -18,13 +18,11 @@ import random
 import socket
 from collections.abc import Awaitable, Callable
 
-from aiokafka.admin import NewTopic
-
 from runtime.config import AppConfig
 from runtime.counters import Counters
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.outages import report_outages
-from runtime.kafka.topics import ensure_internal_topics
+from runtime.kafka.topics import InternalTopic, ensure_internal_topics
 from runtime.replay.jobs.board import Board
 from runtime.replay.jobs.intake import Intake
 from runtime.replay.jobs.runner import JobRunner, Workplace, now_ms
@@ -149,10 +147,8 @@ async def create_job_topics(clients: Clients, config: AppConfig) -> None:
     try:
         await ensure_internal_topics(
             admin,
-            [
-                NewTopic(config.replay_jobs_topic(), 1, 1, topic_configs={"cleanup.policy": "compact"}),
-                NewTopic(config.replay_requests_topic(), 1, 1),
-            ],
+            config.internal_topics,
+            [InternalTopic(config.replay_jobs_topic(), compacted=True), InternalTopic(config.replay_requests_topic())],
         )
     finally:
         await admin.close()

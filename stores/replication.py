@@ -1,0 +1,54 @@
+"""The replication factor a new topic is created with, for the engine and the Spark jobs alike.
+
+`-1` asks for the broker's own `default.replication.factor`, as Kafka Streams does since KIP-733. The
+broker takes -1 in CreateTopics from version 4 on, but aiokafka sends version 3 at most (and its
+`NewTopic` refuses -1), so the default is read from the cluster and sent as a number.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+BROKER_DEFAULT = -1
+DEFAULT_REPLICATION_FACTOR = "default.replication.factor"
+
+
+class BrokerDefaultUnknown(Exception):
+    """The cluster did not tell its default replication factor (an ACL without DescribeConfigs on it)."""
+
+
+class ReplicationFactors:
+    """Resolves the asked replication factors against one cluster, reading its default at most once."""
+
+    def __init__(self, admin: AIOKafkaAdminClient) -> None:
+        self._admin = admin
+        self._broker_default: int | None = None
+
+    async def resolve(self, asked: int) -> int:
+        """`asked`, or the broker's default when it is -1."""
+        if asked != BROKER_DEFAULT:
+            return asked
+        if self._broker_default is None:
+            self._broker_default = await broker_default(self._admin)
+        return self._broker_default
+
+
+async def broker_default(admin: AIOKafkaAdminClient) -> int:
+    """`default.replication.factor` as the controller the metadata names has it (the topic's creator
+    in a ZooKeeper cluster; in KRaft the brokers and controllers share the setting)."""
+    cluster: dict[str, Any] = await admin.describe_cluster()
+    broker = cluster["controller_id"] if cluster["controller_id"] >= 0 else cluster["brokers"][0]["node_id"]
+    wanted = ConfigResource(ConfigResourceType.BROKER, str(broker), {DEFAULT_REPLICATION_FACTOR: None})
+    for response in await admin.describe_configs([wanted]):
+        for code, message, _, _, entries in response.resources:
+            if code != 0:
+                raise BrokerDefaultUnknown(
+                    f"broker {broker} did not tell its {DEFAULT_REPLICATION_FACTOR}: {message} (error {code})"
+                )
+            for entry in entries:
+                if entry[0] == DEFAULT_REPLICATION_FACTOR and entry[1] is not None:
+                    return int(entry[1])
+    return 1  # Kafka's own default, when a broker does not say

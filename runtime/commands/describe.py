@@ -10,6 +10,7 @@ from pathlib import Path
 from runtime.commands.app_topics import changelog_topics
 from runtime.commands.running import command_parser, run
 from runtime.config import AppConfig, ErrorPolicy, ProcessorConfig, load_app
+from stores.replication import BROKER_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,12 @@ class GlobalStoreNode:
 
 @dataclass(frozen=True)
 class InternalTopic:
-    """A topic the runtime names after the app."""
+    """A topic the runtime names after the app, created with `internal_topics`."""
 
     topic: str
     purpose: str
     partitions: int
+    replication_factor: int  # -1: the broker's default.replication.factor
 
 
 @dataclass(frozen=True)
@@ -107,10 +109,19 @@ def topology(app: AppConfig) -> Topology:
         )
         for processor in app.processors
     ]
-    tasks = {processor.name: processor.tasks for processor in processors}
+    global_stores = [
+        GlobalStoreNode(name, spec.topic, spec.backend, spec.key_serde, spec.value_serde, spec.updater)
+        for name, spec in app.global_stores.items()
+    ]
+    internal = _internal_topics(app, {processor.name: processor.tasks for processor in processors})
+    return Topology(app.app_id, app.group_id, app.guarantee.value, processors, global_stores, internal)
+
+
+def _internal_topics(app: AppConfig, tasks: dict[str, int]) -> list[InternalTopic]:
+    replicas = app.internal_topics.replication_factor
     owners = {store: processor.name for processor in app.processors for store in processor.stores}
     internal = [
-        InternalTopic(topic, f"changelog of store {store} (compacted)", tasks[owners[store]])
+        InternalTopic(topic, f"changelog of store {store} (compacted)", tasks[owners[store]], replicas)
         for topic, store in changelog_topics(app).items()
     ]
     internal += [
@@ -118,6 +129,7 @@ def topology(app: AppConfig) -> Topology:
             p.repartition_topic,
             f"repartition: the inputs of {p.name}, re-keyed (purged once read)",
             app.topics[p.repartition_topic].partitions,
+            app.topics[p.repartition_topic].replication_factor,
         )
         for p in app.processors
         if p.repartition_topic is not None
@@ -126,14 +138,17 @@ def topology(app: AppConfig) -> Topology:
         spec.errors == "dead_letter" for spec in app.global_stores.values()
     )
     if dead_letters:
-        internal.append(
-            InternalTopic(app.dead_letter_topic, "dead letters", app.topics[app.dead_letter_topic].partitions)
-        )
-    global_stores = [
-        GlobalStoreNode(name, spec.topic, spec.backend, spec.key_serde, spec.value_serde, spec.updater)
-        for name, spec in app.global_stores.items()
+        spec = app.topics[app.dead_letter_topic]
+        internal.append(InternalTopic(app.dead_letter_topic, "dead letters", spec.partitions, spec.replication_factor))
+    internal += [
+        InternalTopic(app.outbox_position_topic(name), f"position of outbox {name} (compacted)", 1, replicas)
+        for name in app.outboxes
     ]
-    return Topology(app.app_id, app.group_id, app.guarantee.value, processors, global_stores, internal)
+    internal += [
+        InternalTopic(app.follower_position_topic(name), f"position of table follower {name} (compacted)", 1, replicas)
+        for name in app.table_followers
+    ]
+    return internal
 
 
 def _stores(app: AppConfig, processor: ProcessorConfig) -> list[Store]:
@@ -176,10 +191,15 @@ def render(topology: Topology) -> str:
         width = max(len(topic.topic) for topic in topology.internal_topics)
         lines += ["", "topics named after the app:"]
         lines += [
-            f"  {topic.topic:<{width}}  {topic.purpose}, {_count(topic.partitions, 'partition')}"
+            f"  {topic.topic:<{width}}  {topic.purpose}, {_count(topic.partitions, 'partition')}, "
+            f"{_replicas(topic.replication_factor)}"
             for topic in topology.internal_topics
         ]
     return "\n".join(lines)
+
+
+def _replicas(factor: int) -> str:
+    return "the broker's default replication factor" if factor == BROKER_DEFAULT else f"replication factor {factor}"
 
 
 def _serdes(store: Store | GlobalStoreNode) -> str:

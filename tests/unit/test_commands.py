@@ -64,9 +64,19 @@ def test_describe_shows_the_topology_the_yaml_declares() -> None:
          "updater": None}
     ]  # fmt: skip
     assert described["internal_topics"] == [
-        {"topic": "shop-counts-changelog", "purpose": "changelog of store counts (compacted)", "partitions": 4},
-        {"topic": "shop-dead-letters", "purpose": "dead letters", "partitions": 1},
-    ]
+        {"topic": "shop-counts-changelog", "purpose": "changelog of store counts (compacted)", "partitions": 4,
+         "replication_factor": -1},
+        {"topic": "shop-dead-letters", "purpose": "dead letters", "partitions": 1, "replication_factor": -1},
+    ]  # fmt: skip
+
+
+def test_describe_shows_the_replication_internal_topics_are_created_with() -> None:
+    replicated = {**APP, "internal_topics": {"replication_factor": 3, "configs": {"min.insync.replicas": "2"}}}
+    text = render(topology(parse_app(replicated)))
+    assert "shop-counts-changelog  changelog of store counts (compacted), 4 partitions, replication factor 3\n" in text
+    assert "shop-dead-letters      dead letters, 1 partition, replication factor 3" in text
+    default = render(topology(parse_app(APP)))
+    assert "dead letters, 1 partition, the broker's default replication factor" in default
 
 
 def test_describe_as_the_command_prints_it(tmp_path: Path) -> None:

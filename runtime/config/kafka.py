@@ -15,6 +15,9 @@ class KafkaConfig(Strict):
     """Connection. The option maps are passed to aiokafka, once checked against its clients' constructors."""
 
     bootstrap_servers: str | None = None
+    # Static membership (KIP-345): what names this process across restarts (a StatefulSet's ${POD_NAME});
+    # each worker of `--workers N` joins as `<it>-<index>`. None: a new member at every start.
+    group_instance_id: str | None = Field(default=None, pattern=r"^[a-zA-Z0-9._-]{1,240}$")
     client: dict[str, Any] = Field(default_factory=dict)
     consumer: dict[str, Any] = Field(default_factory=dict)
     producer: dict[str, Any] = Field(default_factory=dict)

@@ -39,6 +39,7 @@ RUNTIME_CONTROLLED: dict[str, str] = {
     "partitioner": "the runtime partitions outputs itself (murmur2, as Kafka's Java clients)",
     "transactional_id": "exactly_once gives every task its own transactional id (set guarantee)",
     "transaction_timeout_ms": "set the top-level transaction_timeout_ms instead",
+    "group_instance_id": "set kafka.group_instance_id instead: each worker joins with its own index appended",
 }
 # Options that take Python objects, which a YAML file cannot express.
 PYTHON_OBJECTS: dict[str, str] = {

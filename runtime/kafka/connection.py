@@ -134,6 +134,8 @@ class Clients:
         """The consumer of the app's group, which may be given all `partitions` of its inputs; its fetch size a
         partition is their share of `FETCH_BUDGET_BYTES` unless the YAML sets `max_partition_fetch_bytes`."""
         options = self.consumer_options()
+        if self._config.kafka.group_instance_id is not None:
+            options["group_instance_id"] = self._config.kafka.group_instance_id
         if "max_partition_fetch_bytes" not in self._config.kafka.consumer:
             options["max_partition_fetch_bytes"] = fetch_bytes_per_partition(partitions)
         return options

@@ -174,10 +174,14 @@ class Supervisor:
 
 def for_worker(config: AppConfig, index: int) -> AppConfig:
     """The config of worker `index` of `--workers N`: its Prometheus and health endpoints on the configured
-    ports plus its index, so that the N processes on one host do not all try to bind one port."""
-    if not index:
-        return config
+    ports plus its index, so that the N processes on one host do not all try to bind one port, and its
+    group instance id with its index appended, so that they do not fence each other out of the group."""
     update: dict[str, object] = {}
+    instance = config.kafka.group_instance_id
+    if instance is not None:
+        update["kafka"] = config.kafka.model_copy(update={"group_instance_id": f"{instance}-{index}"})
+    if not index:
+        return config.model_copy(update=update)
     metrics = config.telemetry.metrics
     if metrics.exporter == "prometheus":
         metrics = metrics.model_copy(update={"port": metrics.port + index})

@@ -18,6 +18,7 @@ from runtime.config.processors import ProcessorConfig
 from runtime.config.registry_topics import check_registry_topics
 from runtime.config.replay_jobs import ReplayJobsConfig
 from runtime.config.schema_registry import SchemaRegistryConfig
+from runtime.config.singletons import SingletonsConfig
 from runtime.config.stores import GlobalStoreConfig, RocksDBConfig, SnapshotsConfig, StoreConfig
 from runtime.config.table_follower import TableFollowerConfig
 from runtime.config.telemetry import TelemetryConfig
@@ -87,6 +88,7 @@ class AppConfig(Strict):
     schema_registry: SchemaRegistryConfig | None = None
     outboxes: dict[str, OutboxConfig] = Field(default_factory=dict)  # database tables shipped to Kafka
     table_followers: dict[str, TableFollowerConfig] = Field(default_factory=dict)  # tables into compacted topics
+    singletons: SingletonsConfig = Field(default_factory=SingletonsConfig)  # who runs outboxes and followers
     replay_jobs: ReplayJobsConfig = Field(default_factory=ReplayJobsConfig)  # `python -m runtime replay-jobs`
     _derived_topics: set[str] = PrivateAttr(default_factory=set)  # set by the checks: see derived_topics
 
@@ -243,6 +245,14 @@ class AppConfig(Strict):
     def outbox_position_topic(self, outbox: str) -> str:
         """Where the outbox's poller keeps the last id it shipped (compacted; one partition)."""
         return f"{self.app_id}-outbox-{outbox}-position"
+
+    def singletons_topic(self) -> str:
+        """The one-partition topic whose owner in each singleton's own group runs that singleton."""
+        return f"{self.app_id}-singletons"
+
+    def singleton_group(self, kind: str, name: str) -> str:
+        """The consumer group that elects the process running one outbox or table follower."""
+        return f"{self.app_id}-singleton-{kind}-{name}"
 
     def replay_requests_topic(self) -> str:
         return self.replay_jobs.requests_topic or f"{self.app_id}-replay-requests"

@@ -10,12 +10,13 @@ open can still commit behind it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 
-from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
 
 from runtime.config import AppConfig
 from runtime.counters import Counters
@@ -51,21 +52,29 @@ class Shipper:
         self._counters = counters
         self._limits = limits
         self._internal_topics = app.internal_topics
-        self._producer = clients.producer(
-            transactional_id=transactional_id,
-            client_id=transactional_id,
-            transaction_timeout_ms=app.transaction_timeout_ms,
-        )
-        self._outputs = Outputs(self._producer, self._counts, counters, limits)
+        self._timeout_ms = app.transaction_timeout_ms
+        self._producer: AIOKafkaProducer  # each start its own: a producer once stopped does not start again
+        self._outputs: Outputs
 
     def knows(self, topic: str) -> bool:
         return topic in self._counts
 
     async def start(self) -> None:
-        """Create the position topic if needed, fence the source's other shippers, read the position back."""
+        """Create the position topic if needed, fence the source's other shippers, read the position back:
+        whichever process starts it, it goes on exactly where the last one to commit stopped."""
         await self._create_position_topic()
-        await start_with_retries(f"{self.name}'s producer", self._clients.bootstrap_servers, self._producer.start)
-        self.position = await self._read_position()
+        self._producer = self._clients.producer(
+            transactional_id=self._transactional_id,
+            client_id=self._transactional_id,
+            transaction_timeout_ms=self._timeout_ms,
+        )
+        self._outputs = Outputs(self._producer, self._counts, self._counters, self._limits)
+        try:
+            await start_with_retries(f"{self.name}'s producer", self._clients.bootstrap_servers, self._producer.start)
+            self.position = await self._read_position()
+        except BaseException:  # cancelled too: the singleton moved to another process while it started
+            await asyncio.shield(self._producer.stop())
+            raise
 
     async def stop(self) -> None:
         await self._producer.stop()
@@ -80,7 +89,7 @@ class Shipper:
             self._outputs.append(self.position_topic, self.name.encode(), position.encode(), partition=0)
             await self._outputs.wait_acked()
             await self._producer.commit_transaction()
-        except ProducerFenced:
+        except (ProducerFenced, InvalidProducerEpoch):
             self._outputs.discard()
             raise
         except KafkaError as error:

@@ -13,7 +13,7 @@ import functools
 import logging
 import time
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -28,6 +28,7 @@ from runtime.guarantees.transactions import ExactlyOnce
 from runtime.health import HealthServer, Probes
 from runtime.kafka.aiokafka_internals import consumer_client
 from runtime.kafka.connection import Clients, start_with_retries
+from runtime.kafka.election import Election, Singleton
 from runtime.kafka.outages import OUTAGES, report_outages
 from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import Limits
@@ -50,10 +51,6 @@ from runtime.worker.readiness import BOOTSTRAPPING, JOINING, Readiness
 from runtime.worker.unfetched import Unfetched
 from stores import StoreError
 from stores.rocksdb import SHARED_MEMORY
-
-if TYPE_CHECKING:
-    from runtime.sources.outbox.poller import OutboxPoller
-    from runtime.sources.table_follower.follower import TableFollower
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +83,6 @@ class Worker:
         )
         self.counters = Counters()
         SHARED_MEMORY.set_budget(config.rocksdb.memory_mb)
-        self._index = index
         self._clients = Clients(config, bootstrap_servers)
         self.global_stores = GlobalStores(config, self._clients, self.counters)
         self._until_caught_up = until_caught_up
@@ -250,8 +246,9 @@ class Worker:
         )
         follower = spawn(self._supervised("following the global stores", self.global_stores.follow()), "follower")
         outages = spawn(report_outages(counters), "outage reports")
-        pollers = [
-            spawn(self._supervised(what, source.run()), what) for what, source in self._sources(partition_counts)
+        elections = [
+            spawn(self._supervised(election.what, election.run()), election.what)
+            for election in self._elections(partition_counts)
         ]
         tasks = lambda: list(assignment.tasks.values())  # noqa: E731
         timer = spawn(self._supervised("the commit timer", commit_cycle.commit_periodically(tasks)), "commit timer")
@@ -265,8 +262,8 @@ class Worker:
         finally:
             follower.cancel()
             outages.cancel()
-            for poller in pollers:
-                poller.cancel()  # a transaction it leaves open is aborted by the next start
+            for election in elections:
+                election.cancel()  # stops its singleton here; a transaction left open is aborted by the next start
             if purger is not None:
                 purger.cancel()
             commit_cycle.stop_timer()
@@ -277,18 +274,32 @@ class Worker:
             if purger is not None:
                 await purge.once()  # what the last commit passed
 
-    def _sources(self, partition_counts: dict[str, int]) -> list[tuple[str, OutboxPoller | TableFollower]]:
-        """The app's outboxes and table followers, each run by one worker: the first (under `--workers N`).
-        Their modules (and asyncpg) load only for an app that has some: a worker starts faster without."""
-        if self._index != 0 or not (self.config.outboxes or self.config.table_followers):
+    def _elections(self, partition_counts: dict[str, int]) -> list[Election]:
+        """The app's outboxes and table followers, each run by one process of all the app's: the one its
+        election through Kafka chose. Their modules (and asyncpg) load only for an app that has some: a
+        worker starts faster without."""
+        config = self.config
+        if not (config.outboxes or config.table_followers):
             return []
         from runtime.sources.outbox.poller import OutboxPoller
         from runtime.sources.table_follower.follower import TableFollower
 
-        shared = (self.config, self._clients, partition_counts, self.counters, self._limits)
+        shared = (config, self._clients, partition_counts, self.counters, self._limits)
+        topic, session_timeout_ms = config.singletons_topic(), config.singletons.session_timeout_ms
+
+        def elected(what: str, kind: str, name: str, singleton: Singleton) -> Election:
+            group = config.singleton_group(kind, name)
+            return Election(what, singleton, self._clients, topic, group, session_timeout_ms)
+
         return [
-            *((f"the outbox poller '{name}'", OutboxPoller(name, *shared)) for name in self.config.outboxes),
-            *((f"the table follower '{name}'", TableFollower(name, *shared)) for name in self.config.table_followers),
+            *(
+                elected(f"the outbox poller '{name}'", "outbox", name, OutboxPoller(name, *shared))
+                for name in config.outboxes
+            ),
+            *(
+                elected(f"the table follower '{name}'", "follower", name, TableFollower(name, *shared))
+                for name in config.table_followers
+            ),
         ]
 
     async def _supervised(self, what: str, work: Coroutine[Any, Any, None]) -> None:

@@ -1,14 +1,16 @@
 """The transactional outbox against a real PostgreSQL and a real Kafka: rows shipped in id order, each
-exactly once, with concurrent writers whose transactions commit out of id order, and with the poller
-killed -9 again and again."""
+exactly once, with concurrent writers whose transactions commit out of id order, with the poller
+killed -9 again and again, and with three workers of which one at a time runs it."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import itertools
 import json
 import random
 import signal
+import time
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -23,7 +25,7 @@ from runtime.worker.worker import Worker
 from tests.conftest import TopicNamer
 from tests.support.kafka_helpers import read_topic
 from tests.support.kills import FAST_FAILOVER
-from tests.support.running import spawn_worker, write_app
+from tests.support.running import spawn_worker, until, write_app
 
 KEYS = 7
 
@@ -274,3 +276,88 @@ def test_text_ids_in_order_and_shipped_rows_deleted(
     records, left = asyncio.run(scenario())
     check_each_once_in_order(records, {n: n for n in range(300)})  # n is the order of its ULID
     assert left == 0
+
+
+RUNS, STOPS = "this process runs it now", ("stopped here", "fenced by another process")
+
+
+def poller_runs(log: Path, killed_at: float | None) -> list[tuple[float, float]]:
+    """(from, to) of each run of the outbox poller in one worker, by its JSON log lines' times: from its
+    election to its stop (or to `killed_at`, or for ever)."""
+    runs: list[tuple[float, float]] = []
+    started: float | None = None
+    for line in log.read_text().splitlines() if log.exists() else []:
+        if not line.startswith("{"):
+            continue
+        entry = json.loads(line)
+        at = datetime.datetime.fromisoformat(entry["time"]).timestamp()
+        if "outbox poller" not in entry["message"]:
+            continue
+        if RUNS in entry["message"]:
+            assert started is None, f"{log.name}: elected twice without stopping in between"
+            started = at
+        elif any(stop in entry["message"] for stop in STOPS) and started is not None:
+            runs.append((started, at))
+            started = None
+    if started is not None:
+        runs.append((started, killed_at or float("inf")))
+    return runs
+
+
+def elected(log: Path) -> bool | None:
+    """Whether the worker's last election made it the poller's runner; None before its first."""
+    last = None
+    for line in log.read_text().splitlines() if log.exists() else []:
+        if "outbox poller" in line and RUNS in line:
+            last = True
+        elif "outbox poller" in line and "stands by" in line:
+            last = False
+    return last
+
+
+def test_of_three_workers_one_at_a_time_runs_the_poller_and_a_standby_takes_over_from_one_killed(
+    kafka_bootstrap: str, postgres_url: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    table = asyncio.run(create_outbox(postgres_url))
+    app = outbox_app(topic_name, postgres_url, table, 200, tmp_path / "state")
+    app["kafka"] = {"bootstrap_servers": kafka_bootstrap}
+    app["singletons"] = {"session_timeout_ms": 3000}
+    path = write_app(tmp_path, app)
+    events = next(iter(app["topics"]))
+    logs = [tmp_path / f"worker{n}.log" for n in range(3)]
+
+    async def scenario() -> tuple[int, float]:
+        workers = [spawn_worker(path, "--log-format", "json", log=log) for log in logs]
+        await until(lambda: all(elected(log) is not None for log in logs), "all three workers stood for election")
+        await until(lambda: [elected(log) for log in logs].count(True) == 1, "one worker runs the poller", 30)
+        await write_orders(postgres_url, table, 0, 20)
+        writer = asyncio.create_task(write_orders(postgres_url, table, 20, 40, pause_s=0.05))
+        deadline = time.monotonic() + 60
+        while len(records := await shipped(kafka_bootstrap, events)) < 20:
+            assert time.monotonic() < deadline, f"{len(records)} of 20 rows shipped"
+            await asyncio.sleep(0.2)
+        owner = next(n for n, log in enumerate(logs) if elected(log))
+        assert all(worker.poll() is None for worker in workers), "a worker exited by itself"
+        workers[owner].send_signal(signal.SIGKILL)
+        killed_at = time.time()
+        workers[owner].wait()
+        await writer
+        deadline = time.monotonic() + 60
+        while len(records := await shipped(kafka_bootstrap, events)) < 60:
+            assert time.monotonic() < deadline, f"{len(records)} of 60 rows shipped after the kill"
+            await asyncio.sleep(0.5)
+        for n, worker in enumerate(workers):
+            if n != owner:
+                worker.send_signal(signal.SIGTERM)
+                assert worker.wait(timeout=60) == 0
+        return owner, killed_at
+
+    owner, killed_at = asyncio.run(scenario())
+    runs = sorted((run, n) for n, log in enumerate(logs) for run in poller_runs(log, killed_at if n == owner else None))
+    for (earlier, by), (later, _) in itertools.pairwise(runs):
+        assert earlier[1] <= later[0], f"worker {by} still ran the poller when another started it: {runs}"
+    takeovers = [n for (began, _), n in runs if began > killed_at]
+    assert len(takeovers) == 1 and takeovers[0] != owner, f"after the kill of worker {owner}: {runs}"
+    check_each_once_in_order(
+        asyncio.run(shipped(kafka_bootstrap, events)), asyncio.run(ids_by_number(postgres_url, table))
+    )

@@ -148,6 +148,7 @@ def test_every_row_reaches_kafka_exactly_once_through_kills_of_the_poller(
     table = asyncio.run(create_outbox(postgres_url))
     app = outbox_app(topic_name, postgres_url, table, 200, tmp_path / "state")
     app["kafka"] = {"bootstrap_servers": kafka_bootstrap, "consumer": FAST_FAILOVER}
+    app["singletons"] = {"session_timeout_ms": FAST_FAILOVER["session_timeout_ms"]}
     path = write_app(tmp_path, app)
     events = next(iter(app["topics"]))
     rows, rng = 6_000, random.Random(11)

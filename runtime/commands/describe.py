@@ -148,6 +148,9 @@ def _internal_topics(app: AppConfig, tasks: dict[str, int]) -> list[InternalTopi
         InternalTopic(app.follower_position_topic(name), f"position of table follower {name} (compacted)", 1, replicas)
         for name in app.table_followers
     ]
+    if app.outboxes or app.table_followers:
+        what = "elects the one process that runs each outbox and table follower"
+        internal.append(InternalTopic(app.singletons_topic(), what, 1, replicas))
     return internal
 
 

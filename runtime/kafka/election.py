@@ -21,11 +21,11 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import NewTopic
 from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
 
+from runtime.config import InternalTopicsConfig
 from runtime.kafka.connection import Clients, start_with_retries
-from runtime.kafka.topics import ensure_internal_topics
+from runtime.kafka.topics import InternalTopic, ensure_internal_topics
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +44,20 @@ class Election(ConsumerRebalanceListener):  # type: ignore[misc]
     """Runs `singleton` while this process owns partition 0 of `topic` in `group`."""
 
     def __init__(
-        self, what: str, singleton: Singleton, clients: Clients, topic: str, group: str, session_timeout_ms: int
+        self,
+        what: str,
+        singleton: Singleton,
+        clients: Clients,
+        topic: InternalTopic,
+        internal_topics: InternalTopicsConfig,
+        group: str,
+        session_timeout_ms: int,
     ):
         self.what = what
         self._singleton = singleton
         self._clients = clients
-        self._partition = TopicPartition(topic, 0)
+        self._topic, self._internal_topics = topic, internal_topics
+        self._partition = TopicPartition(topic.name, 0)
         self._group = group
         self._session_timeout_ms = session_timeout_ms
         self._consumer: AIOKafkaConsumer | None = None
@@ -123,6 +131,6 @@ class Election(ConsumerRebalanceListener):  # type: ignore[misc]
         admin = self._clients.admin()
         await start_with_retries("admin client", self._clients.bootstrap_servers, admin.start)
         try:
-            await ensure_internal_topics(admin, [NewTopic(self._partition.topic, 1, 1)])
+            await ensure_internal_topics(admin, self._internal_topics, [self._topic])
         finally:
             await admin.close()

@@ -33,7 +33,7 @@ from runtime.kafka.outages import OUTAGES, report_outages
 from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import Limits
 from runtime.kafka.topic_serdes import topic_serdes
-from runtime.kafka.topics import describe_limits, ensure_topics
+from runtime.kafka.topics import InternalTopic, describe_limits, ensure_topics
 from runtime.state.restore import ChangelogRestorer
 from runtime.state.store_buffers import MB, StoreBuffers
 from runtime.task.broadcast import BroadcastSource
@@ -289,7 +289,9 @@ class Worker:
 
         def elected(what: str, kind: str, name: str, singleton: Singleton) -> Election:
             group = config.singleton_group(kind, name)
-            return Election(what, singleton, self._clients, topic, group, session_timeout_ms)
+            return Election(
+                what, singleton, self._clients, InternalTopic(topic), config.internal_topics, group, session_timeout_ms
+            )
 
         return [
             *(

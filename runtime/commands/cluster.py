@@ -12,7 +12,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.client import AIOKafkaClient
 
 from runtime.config import AppConfig, KafkaConfig, load_app
-from runtime.kafka.connection import check_clients, resolve_bootstrap
+from runtime.devkafka import managed
+from runtime.kafka.connection import check_clients, configured_bootstrap, resolve_bootstrap
 from runtime.kafka.topics import describe_partitions
 
 
@@ -63,13 +64,19 @@ class Cluster:
         return count
 
 
-def connect(app_path: Path | None) -> Cluster:
+def connect(app_path: Path | None, *, start_local_broker: bool = True) -> Cluster:
     """The YAML's broker and options (checked as for running the app), else KAFKA_BOOTSTRAP_SERVERS,
-    else the local development broker, started if needed."""
+    else the local development broker, started if needed — unless the command only makes sense against
+    data that is already there, which a broker started now would not hold."""
     app = load_app(app_path) if app_path is not None else None
     if app is not None:
         check_clients(app)
     kafka = app.kafka if app is not None else KafkaConfig()
+    if not start_local_broker and configured_bootstrap(kafka) is None and managed.running() is None:
+        raise CommandFailed(
+            "no broker named: give --app APP.yaml (its kafka.bootstrap_servers) or set KAFKA_BOOTSTRAP_SERVERS; "
+            "the local development broker is not running (`python -m runtime dev-kafka start`)"
+        )
     return Cluster(resolve_bootstrap(kafka), kafka, app, app_path)
 
 

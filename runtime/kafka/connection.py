@@ -78,13 +78,16 @@ def _refusals_logged() -> Iterator[list[KafkaError]]:
         client_log.removeHandler(handler)
 
 
+def configured_bootstrap(kafka: KafkaConfig) -> str | None:
+    """The YAML's servers, else KAFKA_BOOTSTRAP_SERVERS: None when neither names a broker."""
+    return kafka.bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None
+
+
 def resolve_bootstrap(kafka: KafkaConfig) -> str:
-    """The YAML's servers, else KAFKA_BOOTSTRAP_SERVERS, else the local development broker."""
-    if kafka.bootstrap_servers:
-        return kafka.bootstrap_servers
-    from_env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if from_env:
-        return from_env
+    """The configured servers, else the local development broker, started if needed."""
+    configured = configured_bootstrap(kafka)
+    if configured:
+        return configured
     from runtime.devkafka import managed
 
     broker, started = managed.start()

@@ -137,4 +137,6 @@ def main(argv: list[str]) -> int:
     if args.start is not None and args.end is not None and args.end <= args.start:
         print("error: --to must come after --from", file=sys.stderr)
         return 2
-    return run(args.app, lambda: asyncio.run(replay_command(connect(args.app), args, sys.stdout)))
+    return run(
+        args.app, lambda: asyncio.run(replay_command(connect(args.app, start_local_broker=False), args, sys.stdout))
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from dataclasses import asdict
@@ -99,6 +100,21 @@ def test_describe_reports_a_mistake_in_the_yaml_as_running_it_does(tmp_path: Pat
     )  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.startswith(f"error in {broken}:\n  guarantee: Input should be")
+
+
+def test_replay_given_no_broker_says_so_instead_of_starting_an_empty_one(tmp_path: Path) -> None:
+    environment = {name: value for name, value in os.environ.items() if name != "KAFKA_BOOTSTRAP_SERVERS"}
+    result = subprocess.run(
+        [sys.executable, "-m", "runtime", "replay", "payments", "--key", "acc-1"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        env={**environment, "RUNTIME_CACHE_DIR": str(tmp_path)},
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == (
+        "error: no broker named: give --app APP.yaml (its kafka.bootstrap_servers) or set KAFKA_BOOTSTRAP_SERVERS; "
+        "the local development broker is not running (`python -m runtime dev-kafka start`)\n"
+    )
+    assert not (tmp_path / "dev-kafka").exists(), "no broker was started"
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

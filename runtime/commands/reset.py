@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +47,7 @@ class ResetPlan:
     missing_inputs: list[str]
     changelogs: list[str]  # to delete
     state_dir: Path | None  # to delete
+    warnings: list[str]  # what the reset leaves as it is that the operator may not expect
 
     def describe(self, position: str) -> str:
         lines = [f"consumer group {self.group}: committed offsets to {position}"]
@@ -108,7 +110,34 @@ async def plan(cluster: Cluster, admin: AIOKafkaAdminClient, args: argparse.Name
         missing_inputs=[topic for topic in inputs if topic not in counts],
         changelogs=sorted((await describe_partitions(admin, changelogs)).keys()) if changelogs else [],
         state_dir=state_dir if args.delete_state and state_dir.exists() else None,
+        warnings=state_warnings(app, args),
     )
+
+
+def state_warnings(app: AppConfig, args: argparse.Namespace) -> list[str]:
+    """A reset moves offsets only: what the stores hold stays unless both their copies are deleted, the
+    local one and the changelog it is restored from."""
+    if args.delete_changelogs:
+        return []
+    if args.delete_state:
+        restored = sorted(set(changelog_topics(app).values()))
+        if not restored:
+            return []
+        return [
+            f"warning: --delete-state alone does not empty {_stores(restored)}: each is restored from its "
+            "changelog at start; add --delete-changelogs to start from nothing"
+        ]
+    kept = sorted({store for processor in app.processors for store in processor.stores})
+    if not kept or args.to.kind == "end":
+        return []
+    return [
+        f"warning: {_stores(kept)} keep what they hold: the records processed again add to it (a total counts "
+        "them twice); add --delete-state --delete-changelogs to start from nothing"
+    ]
+
+
+def _stores(names: list[str]) -> str:
+    return f"store {names[0]}" if len(names) == 1 else f"stores {', '.join(names)}"
 
 
 async def reset(cluster: Cluster, args: argparse.Namespace) -> int:
@@ -118,6 +147,8 @@ async def reset(cluster: Cluster, args: argparse.Namespace) -> int:
         await require_stopped(admin, _app(cluster).group_id, "reset it")
         planned = await plan(cluster, admin, args)
         print(planned.describe(_named(args.to)))
+        for warning in planned.warnings:
+            print(warning, file=sys.stderr)
         if args.dry_run:
             print("dry run: nothing was changed")
             return 0

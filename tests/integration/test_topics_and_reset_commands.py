@@ -125,10 +125,19 @@ async def test_reset_is_refused_while_the_app_runs_and_moves_its_offsets_once_it
         f"delete local state {tmp_path / 'state' / group}",
         "dry run: nothing was changed",
     ]
+    assert dry.stderr.splitlines() == [
+        "warning: --delete-state alone does not empty store counts: each is restored from its changelog at "
+        "start; add --delete-changelogs to start from nothing"
+    ]
     assert await committed_offsets(kafka_bootstrap, group) == ends
     assert (tmp_path / "state" / group).is_dir()
 
-    assert run_command(kafka_bootstrap, "reset", str(path)).returncode == 0
+    kept = run_command(kafka_bootstrap, "reset", str(path))
+    assert kept.returncode == 0, kept.stderr
+    assert kept.stderr.splitlines() == [
+        "warning: store counts keep what they hold: the records processed again add to it (a total counts them "
+        "twice); add --delete-state --delete-changelogs to start from nothing"
+    ]
     assert await committed_offsets(kafka_bootstrap, group) == {tp: 0 for tp in ends}
     await run_until_caught_up(app, kafka_bootstrap)
     assert len(await read_topic(kafka_bootstrap, sink)) == 80, "every input processed again"
@@ -142,7 +151,8 @@ async def test_reset_is_refused_while_the_app_runs_and_moves_its_offsets_once_it
     at_marker = datetime.fromtimestamp(marker, UTC).isoformat()
     assert run_command(kafka_bootstrap, "reset", str(path), "--to", at_marker).returncode == 0
     assert await committed_offsets(kafka_bootstrap, group) == ends, "the first record after the time, per partition"
-    assert run_command(kafka_bootstrap, "reset", str(path), "--to", "latest").returncode == 0
+    to_latest = run_command(kafka_bootstrap, "reset", str(path), "--to", "latest")
+    assert to_latest.returncode == 0 and to_latest.stderr == "", "nothing is processed again: no warning"
     assert sum((await committed_offsets(kafka_bootstrap, group)).values()) == 50
 
 

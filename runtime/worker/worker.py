@@ -32,6 +32,7 @@ from runtime.kafka.election import Election, Singleton
 from runtime.kafka.outages import OUTAGES, report_outages
 from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import Limits
+from runtime.kafka.session_bounds import require_session_timeout_allowed
 from runtime.kafka.topic_serdes import topic_serdes
 from runtime.kafka.topics import InternalTopic, describe_limits, ensure_topics
 from runtime.state.restore import ChangelogRestorer
@@ -142,6 +143,7 @@ class Worker:
         try:
             partition_counts = await ensure_topics(admin, self.config)
             self._limits = await describe_limits(admin, self.config, sorted(partition_counts))
+            await require_session_timeout_allowed(admin, self.config)
         finally:
             await admin.close()
         self.readiness.phase = BOOTSTRAPPING

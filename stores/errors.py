@@ -22,7 +22,8 @@ class StoreLocked(StoreError):
 
 
 class StoreWriteFailed(StoreError):
-    """A write did not reach the disk (full, read-only, failing): the store keeps what it held before.
+    """A write did not reach the disk (full, read-only, failing), or the file system refused the store's
+    directory when it was opened (no permission, a name too long): the store keeps what it held before.
 
     Not a corruption either: once the disk is fixed, a restart reopens the store and its changelog
     replays what the failed write would have added.

@@ -8,6 +8,7 @@ the number of partitions.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import struct
@@ -174,10 +175,20 @@ def _is_corruption(exc: Exception) -> bool:
     return str(exc).startswith("Corruption")
 
 
+# What the file system says when it refuses the directory itself (as RocksDB and rocksdict quote it):
+# the files may be intact, so the store is not wiped.
+DISK_REFUSALS = tuple(
+    os.strerror(code)
+    for code in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENAMETOOLONG, errno.ENOSPC, errno.EDQUOT)
+)
+
+
 def _open_error(path: Path, exc: Exception) -> StoreError:
     message = str(exc)
     if "While lock file" in message or "lock hold by" in message:
         return StoreLocked(f"store {path} is in use: {message}")
+    if any(refusal in message for refusal in DISK_REFUSALS):
+        return StoreWriteFailed(f"store {path} cannot be opened: {message}; nothing was wiped")
     return StoreCorrupted(f"store {path} cannot be opened: {message}")
 
 
@@ -195,8 +206,8 @@ class RocksDBBackend:
         SHARED_MEMORY.opened(self)
 
     def _open(self) -> tuple[Rdict, ColumnFamily | None, dict[int, int]]:
-        create = not self._path.exists() or not any(self._path.iterdir())
         try:
+            create = not self._path.exists() or not any(self._path.iterdir())
             data_options = _options(create, SHARED_MEMORY.next_write_buffer_bytes())
             offsets_options = _options(create, OFFSETS_WRITE_BUFFER_BYTES)
             db = Rdict(str(self._path), data_options, column_families={_META_COLUMN_FAMILY: offsets_options})

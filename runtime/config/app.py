@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from enum import StrEnum
 from pathlib import Path
@@ -24,6 +25,8 @@ from runtime.config.table_follower import TableFollowerConfig
 from runtime.config.telemetry import TelemetryConfig
 from runtime.config.topics import TopicConfig
 from runtime.log_fields import LogFormat
+
+NAME_MAX = 255  # bytes of one folder name on Linux's and macOS's file systems
 
 
 class Guarantee(StrEnum):
@@ -101,6 +104,16 @@ class AppConfig(Strict):
         if app_id.startswith("__"):
             raise ValueError(f"'{app_id}' starts with '__': its topics would look like Kafka's internal topics")
         return app_id
+
+    @field_validator("state_dir")
+    @classmethod
+    def _folder_names_a_file_system_takes(cls, state_dir: Path) -> Path:
+        """A name past the file system's limit would fail every store's open, each with its own error."""
+        for part in state_dir.parts:
+            length = len(os.fsencode(part))
+            if length > NAME_MAX:
+                raise ValueError(f"the folder name '{part[:20]}...' is {length} bytes long: at most {NAME_MAX} fit")
+        return state_dir
 
     @field_validator("transaction_timeout_ms")
     @classmethod

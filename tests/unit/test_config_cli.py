@@ -415,6 +415,11 @@ NAME_CASES = [
     Case("app_id '.'", set_top(app_id="."), expected=(r"app_id: '\.' would put the app's stores outside state_dir",)),
     Case("app_id like an internal topic", set_top(app_id="__app"), expected=(r"app_id: '__app' starts with '__'",)),
     Case(
+        "a state_dir folder name longer than a file system takes",
+        set_top(state_dir="/tmp/" + "s" * 300),
+        expected=(r"state_dir: the folder name 's{20}\.\.\.' is 300 bytes long: at most 255 fit",),
+    ),
+    Case(
         "internal topic as an output",
         both(set_topic("__consumer_offsets", partitions=50), set_processor(outputs=["__consumer_offsets"])),
         expected=(r"topics: '__consumer_offsets' starts with '__', which names Kafka's internal topics",),

@@ -24,6 +24,7 @@ from stores import (
     StoreCorrupted,
     StoreError,
     StoreLocked,
+    StoreWriteFailed,
     open_backend,
     wipe,
 )
@@ -293,6 +294,13 @@ def test_rocksdb_detects_damaged_files_on_open(tmp_path: Path, damage: str) -> N
     assert rebuilt.changelog_offset() is None
     assert list(rebuilt.items()) == []
     rebuilt.close()
+
+
+def test_a_directory_the_file_system_refuses_is_not_taken_for_a_damaged_store(tmp_path: Path) -> None:
+    """A store is wiped only when its files are damaged; a refused directory (here a name longer than
+    the file system takes; likewise no permission, read-only, full) stops the worker instead."""
+    with pytest.raises(StoreWriteFailed, match=r"File name too long.*; nothing was wiped$"):
+        RocksDBBackend(tmp_path / ("x" * 300) / "db")
 
 
 def test_rocksdb_detects_a_damaged_block_when_reading_it(tmp_path: Path) -> None:

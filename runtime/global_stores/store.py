@@ -7,6 +7,7 @@ import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,8 @@ class ApplyFailure:
     stack_trace: str
 
     def __str__(self) -> str:
-        return f"{self.topic}[{self.partition}]@{self.offset} key={self.key!r}: {self.message}"
+        written = datetime.fromtimestamp(self.timestamp / 1000, UTC).isoformat(timespec="milliseconds")
+        return f"{self.topic}[{self.partition}]@{self.offset} ({written}) key={self.key!r}: {self.message}"
 
 
 class GlobalStore:

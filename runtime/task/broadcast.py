@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runtime.config import QueueConfig
+from runtime.counters import Counters
 from stores import BufferedKeyValueStore
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class BroadcastSource:
     bounds: QueueConfig
     from_latest: bool  # `auto_offset_reset: latest`: a partition with no position starts at its end
     exact: bool  # exactly-once: a commit writes its own positions, not those of the commit before
+    counters: Counters  # its pauses and resumes count with the group consumer's
 
     def reader(
         self, topics: Sequence[str], positions: Callable[[], BufferedKeyValueStore], client_id: str
@@ -63,7 +65,13 @@ class BroadcastSource:
         """A task's reader of `topics`; `positions` gives the task's positions store once it is open."""
         partitions = [TopicPartition(topic, p) for topic in topics for p in range(self.partitions[topic])]
         return BroadcastReader(
-            partitions, positions, lambda: self.new_consumer(client_id), self.bounds, self.from_latest, self.exact
+            partitions,
+            positions,
+            lambda: self.new_consumer(client_id),
+            self.bounds,
+            self.from_latest,
+            self.exact,
+            self.counters,
         )
 
 
@@ -76,8 +84,10 @@ class BroadcastReader:
         bounds: QueueConfig,
         from_latest: bool,
         exact: bool,
+        counters: Counters,
     ):
         self.partitions = list(partitions)
+        self._counters = counters
         self._positions_store = positions
         self._new_consumer = new_consumer
         self._bounds = bounds
@@ -144,11 +154,15 @@ class BroadcastReader:
         if queued >= self._bounds.pause_at and tp not in self._paused and self._consumer is not None:
             self._consumer.pause(tp)
             self._paused.add(tp)
+            self._counters.pauses += 1
+            log.debug("paused broadcast input %s (%d records queued)", tp, queued)
 
     def after_dequeue(self, tp: TopicPartition, queued: int) -> None:
         if queued <= self._bounds.resume_at and tp in self._paused and self._consumer is not None:
             self._consumer.resume(tp)
             self._paused.discard(tp)
+            self._counters.resumes += 1
+            log.debug("resumed broadcast input %s", tp)
 
     def rewind(self) -> None:
         """Back to the positions of the last commit; what was fetched beyond them is fetched again."""
@@ -157,6 +171,7 @@ class BroadcastReader:
         if consumer is None:  # not following yet: it starts from them anyway
             return
         consumer.resume(*self._paused)
+        self._counters.resumes += len(self._paused)
         self._paused.clear()
         for tp, offset in self.committed_positions().items():
             consumer.seek(tp, offset)

@@ -369,6 +369,7 @@ class Worker:
             self.config.queue,
             self.config.kafka.consumer.get("auto_offset_reset") == "latest",
             self.config.guarantee is Guarantee.EXACTLY_ONCE,
+            self.counters,
         )
 
     def _restore_consumer(self) -> AIOKafkaConsumer:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -110,11 +111,16 @@ def check_positions(found: dict[int, int], changes: list[Transaction], guarantee
 
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 async def test_every_row_is_joined_with_its_transaction_and_each_task_keeps_its_own_position(
-    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path, guarantee: str
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path, guarantee: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     topics, changes = await given_changes(kafka_bootstrap, topic_name, 300)
     app = join_app(topic_name("app"), topics, tmp_path / "state", kafka_bootstrap, guarantee=guarantee)
-    await asyncio.wait_for(Worker(parse_app(app), kafka_bootstrap, until_caught_up=True).run(), 120)
+    worker = Worker(parse_app(app), kafka_bootstrap, until_caught_up=True)
+    with caplog.at_level(logging.DEBUG, logger="runtime.task.broadcast"):
+        await asyncio.wait_for(worker.run(), 120)
+    # Each reader fetches the 300 transactions at once, past the queue's pause_at of 200.
+    broadcast_pauses = [r.message for r in caplog.records if r.message.startswith("paused broadcast input")]
+    assert len(broadcast_pauses) >= PARTITIONS and worker.counters.pauses >= len(broadcast_pauses)
 
     out = await read_json(kafka_bootstrap, topics["joined"])
     assert Counter(map(key_of, out)) == Counter(map(key_of, joined(changes)))

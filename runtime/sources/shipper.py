@@ -20,6 +20,7 @@ from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
 
 from runtime.config import AppConfig
 from runtime.counters import Counters
+from runtime.kafka.committed_end import HeldBack, high_watermark
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.outputs import HeaderList, Outputs
 from runtime.kafka.record_limits import Limits
@@ -104,15 +105,20 @@ class Shipper:
         return True
 
     async def _read_position(self) -> str | None:
-        consumer = self._clients.consumer(group_id=None, client_id=f"{self._transactional_id}-position")
+        """The last position committed: read to the topic's high watermark, not to its last stable offset,
+        which another source's transaction left open holds back before this source's latest commits."""
+        client_id = f"{self._transactional_id}-position"
+        tp = TopicPartition(self.position_topic, 0)
+        end = await high_watermark(self._clients, tp, client_id)
+        consumer = self._clients.consumer(group_id=None, client_id=client_id)
         await start_with_retries(f"{self.name}'s position reader", self._clients.bootstrap_servers, consumer.start)
         try:
-            tp = TopicPartition(self.position_topic, 0)
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
-            end = (await consumer.end_offsets([tp]))[tp]
             last: bytes | None = None
-            while await consumer.position(tp) < end:
+            held_back = HeldBack(tp, f"{self.name}'s position reader")
+            while (position := await consumer.position(tp)) < end:
+                held_back.still_waiting(position, end)
                 for record in (await consumer.getmany(tp, timeout_ms=500)).get(tp, []):
                     if record.key == self.name.encode():
                         last = record.value

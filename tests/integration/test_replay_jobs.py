@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from runtime.commands.cluster import connect
 from runtime.replay.jobs.cli import jobs
-from runtime.replay.jobs.state import JobState, Status
+from runtime.replay.jobs.state import JobState, ReplayRequest, Status
 from tests.conftest import TopicNamer
 from tests.integration.test_replay import KEYS, _iso, activity
 from tests.support.kafka_helpers import create_topic, produce, read_topic
@@ -205,3 +205,52 @@ def test_a_worker_told_to_stop_releases_its_job_and_another_goes_on_from_its_off
     assert f"from offset {released.next_offset} " in log
     replayed = asyncio.run(read_topic(kafka_bootstrap, target))
     assert Counter((r.key, r.value) for r in replayed) == Counter(records)
+
+
+ZOMBIE = """
+import asyncio, sys
+from aiokafka import AIOKafkaProducer
+
+async def main() -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=sys.argv[1], transactional_id=sys.argv[3],
+                                transaction_timeout_ms=1000)
+    await producer.start()
+    await producer.begin_transaction()
+    await (await producer.send(sys.argv[2], b'{"id": "other", "status": "ONGOING"}', key=b"other"))
+    print("open", flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+def test_a_completed_job_is_not_run_again_while_a_dead_workers_transaction_holds_the_jobs_topic(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    """A worker killed with a transaction open on the jobs topic holds every read-committed reader of it
+    back at that transaction's start until the broker aborts it. A job run to its end meanwhile must not
+    look unfinished to the worker that ran it: it would claim it again and replay it once more."""
+    topic, target = topic_name("activity"), topic_name("replays")
+    asyncio.run(create_topic(kafka_bootstrap, topic, 1))
+    asyncio.run(create_topic(kafka_bootstrap, target, 1))
+    records = [(f"acc-{n % 7}".encode(), f"event-{n}".encode()) for n in range(300)]
+    asyncio.run(produce(kafka_bootstrap, topic, records))
+    app = service_app(tmp_path, topic_name, {topic: 1, target: 1}, max_jobs=1)
+    jobs_topic = f"{topic_name('replayer')}-replay-jobs"
+    asyncio.run(create_topic(kafka_bootstrap, jobs_topic, 1, {"cleanup.policy": "compact"}))
+    request = ReplayRequest.model_validate({"id": "whole", "topic": topic, "partition": 0, "target": target})
+    opened = JobState(id="whole", status=Status.OPEN, request=request)
+    asyncio.run(produce(kafka_bootstrap, jobs_topic, [(b"whole", opened.encode())]))
+    zombie = subprocess.Popen([sys.executable, "-c", ZOMBIE, kafka_bootstrap, jobs_topic, topic_name("zombie")],
+                              cwd=REPO, env=env(kafka_bootstrap), stdout=subprocess.PIPE, text=True)  # fmt: skip
+    SPAWNED.append(zombie)
+    assert zombie.stdout is not None and zombie.stdout.readline() == "open\n"
+    zombie.send_signal(signal.SIGKILL)
+    zombie.wait()
+
+    serve(app, kafka_bootstrap, "w1", tmp_path / "w1.log")
+    final = whole_job(app, kafka_bootstrap, ended, "to end")  # read once the broker aborted the zombie's
+    time.sleep(1)  # a claim made from a board that had not yet seen the end would have replayed by now
+    assert (final.status, final.matched) == (Status.COMPLETED, len(records))
+    replayed = asyncio.run(read_topic(kafka_bootstrap, target))
+    assert Counter((r.key, r.value) for r in replayed) == Counter(records), (tmp_path / "w1.log").read_text()

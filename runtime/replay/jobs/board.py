@@ -13,6 +13,7 @@ import logging
 from aiokafka import TopicPartition
 from pydantic import ValidationError
 
+from runtime.kafka.committed_end import HeldBack, high_watermark
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.replay.jobs.state import JobState
 
@@ -25,6 +26,7 @@ class Board:
     def __init__(self, clients: Clients, topic: str, worker: str):
         self.jobs: dict[str, JobState] = {}
         self._clients = clients
+        self._worker = worker
         self._tp = TopicPartition(topic, 0)
         self._consumer = clients.consumer(group_id=None, client_id=f"{worker}-replay-board")
         self._read = asyncio.Event()
@@ -45,9 +47,12 @@ class Board:
             self._read.set()
 
     async def caught_up(self) -> None:
-        """Return once every state committed before the call has been read (`follow` running)."""
-        end = (await self._consumer.end_offsets([self._tp]))[self._tp]
-        while await self._consumer.position(self._tp) < end:
+        """Return once every state committed before the call has been read (`follow` running): up to the
+        high watermark, as a transaction left open holds the consumer's own end back before later commits."""
+        end = await high_watermark(self._clients, self._tp, f"{self._worker}-replay-board-end")
+        held_back = HeldBack(self._tp, "the replay jobs' board")
+        while (position := await self._consumer.position(self._tp)) < end:
+            held_back.still_waiting(position, end)
             self._read.clear()
             await self._read.wait()
 

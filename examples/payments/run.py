@@ -27,11 +27,12 @@ from typing import Any
 import asyncpg
 import msgpack
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 
 from examples.broker import database, kafka
 from examples.payments.generate import INVALID, POISON, VALID, Payment, make_payments, produce_payments
 from runtime.config import AppConfig, load_app
+from runtime.kafka.topics import ensure_topics as create_app_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_YAML = Path("examples/payments/app.yaml")  # relative to ROOT, as a user would type it
@@ -40,7 +41,6 @@ TOTALS_TOPIC = "account-totals"
 TO_POSTGRES_YAML = Path("examples/payments/totals_to_postgres.yaml")  # the totals into PostgreSQL
 ACCOUNT_TOTALS = ("CREATE TABLE IF NOT EXISTS account_totals "
                   "(account text PRIMARY KEY, payments bigint NOT NULL, totals jsonb NOT NULL)")  # fmt: skip
-TOPIC_EXISTS = 36
 SETTLE_S = 30.0  # the longest the commit markers of an exited app's last transactions are waited for
 MAX_PASSES = 4  # --until-caught-up runs; one more than the app's stages is always enough
 
@@ -49,32 +49,11 @@ Totals = dict[str, Any]  # {"count": n, "totals": {currency: minor units}}, as i
 
 
 async def ensure_topics(bootstrap: str, config: AppConfig) -> dict[str, int]:
-    """Create the app's topics that are missing, as the YAML declares them; return partition counts."""
+    """Create the app's topics that are missing, as the worker does at start; return partition counts."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        names = sorted(config.topics)
-        for _ in range(100):
-            described = await admin.describe_topics(names)
-            counts = {t["topic"]: len(t["partitions"]) for t in described if t["error_code"] == 0}
-            missing = [name for name in names if name not in counts]
-            if not missing:
-                return counts
-            new = [
-                NewTopic(
-                    name,
-                    config.topics[name].partitions,
-                    config.topics[name].replication_factor,
-                    topic_configs={"cleanup.policy": config.topics[name].cleanup_policy, **config.topics[name].config},
-                )
-                for name in missing
-            ]
-            response = await admin.create_topics(new)
-            for topic, code, message in response.topic_errors:
-                if code not in (0, TOPIC_EXISTS):
-                    raise RuntimeError(f"could not create topic {topic}: {message} (error {code})")
-            await asyncio.sleep(0.1)
-        raise RuntimeError(f"topics {names} were created but do not show up in the cluster metadata")
+        return await create_app_topics(admin, config)
     finally:
         await admin.close()
 

@@ -10,6 +10,7 @@ from typing import Final
 from pythonjsonlogger.json import JsonFormatter
 
 from runtime import redaction
+from runtime.kafka.missing_topics import MISSING_TOPICS
 from runtime.kafka.outages import OUTAGES
 from runtime.log_fields import LOG_FIELDS, LOG_FORMATS, LogFormat
 from runtime.redaction import redact
@@ -22,8 +23,8 @@ EXIT_FAILED = 1
 
 def configure_logging(level: str, log_format: LogFormat = "text") -> None:
     """To stderr, with every record redacted (aiokafka's own messages may echo the bootstrap servers), a
-    broker outage folded, and in `json` one object per line with the fields of `runtime/log_fields.py`.
-    Called again, it replaces what it configured before."""
+    broker outage and a missing topic folded, and in `json` one object per line with the fields of
+    `runtime/log_fields.py`. Called again, it replaces what it configured before."""
     handler = logging.StreamHandler(sys.stderr)
     if log_format == "json":
         handler.setFormatter(
@@ -37,6 +38,7 @@ def configure_logging(level: str, log_format: LogFormat = "text") -> None:
     else:
         handler.setFormatter(logging.Formatter(TEXT_FORMAT))
     handler.addFilter(OUTAGES)  # a broker outage told once, not in thousands of the client's errors
+    handler.addFilter(MISSING_TOPICS)  # so is a deleted topic
     handler.addFilter(LOG_FIELDS)
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     redaction.install(logging.getLogger().handlers)

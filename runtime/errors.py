@@ -24,3 +24,8 @@ class StopAfterCommit(EngineError):
 class StopWithoutCommit(EngineError):
     """Stop the worker and commit nothing more: the output path or a transaction broke, so a commit
     could claim outputs that were never written."""
+
+
+class StopAbandoningCommit(StopWithoutCommit):
+    """Stop the worker and commit nothing more, abandoning a commit in flight too: a topic it uses is gone,
+    and the clients wait for it to come back rather than fail, so that commit would never end."""

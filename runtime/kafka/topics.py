@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -108,6 +109,54 @@ async def describe_shapes(admin: AIOKafkaAdminClient, topics: list[str]) -> dict
         for entry in described
         if entry["error_code"] == 0
     }
+
+
+def topic_uses(config: AppConfig) -> dict[str, str]:
+    """What each of the app's topics is to it, in words, for a message that names the topic."""
+    uses: dict[str, list[str]] = defaultdict(list)
+    for processor in config.processors:
+        named = f"processor '{processor.name}'"
+        for topic in processor.inputs:
+            uses[topic].append(f"an input of {named}")
+        for topic in processor.table_topics():
+            uses[topic].append(f"a table of {named}")
+        for topic in processor.broadcast:
+            uses[topic].append(f"a broadcast input of {named}")
+        for topic in processor.outputs:
+            uses[topic].append(f"an output of {named}")
+        for store, store_spec in processor.stores.items():
+            if store_spec.changelog:
+                uses[config.changelog_topic(store)].append(f"the changelog of store '{store}'")
+    for name, global_spec in config.global_stores.items():
+        uses[global_spec.topic].append(f"the topic of global store '{name}'")
+    if config.dead_letter_topic in config.topics:
+        uses[config.dead_letter_topic].append("the dead-letter topic")
+    return {topic: ", ".join(words) for topic, words in uses.items()}
+
+
+def named(topics: list[str], uses: Mapping[str, str]) -> str:
+    """'a' (an input of processor 'p'), 'b' (...)."""
+    return ", ".join(f"'{topic}' ({uses[topic]})" if topic in uses else f"'{topic}'" for topic in topics)
+
+
+async def refuse_recreating_read_topics(admin: AIOKafkaAdminClient, config: AppConfig) -> None:
+    """A topic the app reads that is missing after its consumer group has run was deleted (or is new to the
+    app): created again by the start, it would be empty, and the app would go on as if nothing was lost. The
+    broker drops the group's offsets of a deleted topic, so that the group is known is what tells it ran."""
+    read = sorted({*config.input_topics(), *config.broadcast_topics()})
+    existing = await describe_partitions(admin, read)
+    missing = [topic for topic in read if topic not in existing]
+    if not missing:
+        return
+    groups: list[tuple[str, str]] = await admin.list_consumer_groups()
+    if config.group_id not in {group for group, _ in groups}:
+        return  # the app's first run: its topics are made as usual
+    raise ConfigError(
+        f"topics: {named(missing, topic_uses(config))} {'does' if len(missing) == 1 else 'do'} not exist, but "
+        f"consumer group '{config.group_id}' has run before: deleted while the app ran? A start does not create "
+        "a topic the app has read, as it would be empty; to go on with an empty one, create it first "
+        "(python -m runtime topics create --app with this YAML)"
+    )
 
 
 async def ensure_topics(admin: AIOKafkaAdminClient, config: AppConfig) -> dict[str, int]:

@@ -155,20 +155,21 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def _commit(self, tasks: list[Task]) -> None:
         try:
-            await self._commit_cycle.commit(tasks)
+            await self._outcome.unless_abandoned(self._commit_cycle.commit(tasks))
         except Exception as error:
             self._outcome.fail(error, "the final commit")
 
     async def _stop(self, tasks: list[Task]) -> None:
         """Stop the actors after the batch in flight; one that is still starting (restoring, or in its
-        processor's `init`) has none, and is cancelled (a store keeps what its restore applied)."""
+        processor's `init`) has none, and is cancelled (a store keeps what its restore applied), as is every
+        one when the failure abandons what waits on Kafka (a batch may wait on a deleted topic)."""
         actors = []
         for task in tasks:
             task.request_stop()
             actor = self._actors.pop(task, None)
             if actor is None:
                 continue
-            if not task.running:
+            if not task.running or self._outcome.abandoning:
                 actor.cancel()
             actors.append(actor)
         if not actors:
@@ -188,7 +189,7 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
         if task.phase is TaskPhase.CLOSED:  # a task taken over left as its actor ended
             return
         try:
-            await self._commit_cycle.committer.release(task)
+            await self._outcome.unless_abandoned(self._commit_cycle.committer.release(task))
         except Exception as error:
             self._outcome.fail(error, f"releasing task {task.id}")
         try:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
-from runtime.errors import EngineError, StopAfterCommit
+from runtime.errors import EngineError, StopAbandoningCommit, StopAfterCommit
 from stores import StoreError
 
 log = logging.getLogger(__name__)
@@ -15,6 +17,7 @@ class Outcome:
     def __init__(self) -> None:
         self.failure: BaseException | None = None
         self._stop = asyncio.Event()
+        self._abandon = asyncio.Event()
 
     @property
     def stopping(self) -> bool:
@@ -31,6 +34,8 @@ class Outcome:
         if self.failure is None:
             self.failure = error
             log.error("stopping: %s", error)
+        if isinstance(error, StopAbandoningCommit):
+            self._abandon.set()
         self._stop.set()
 
     def commits_at_stop(self, transactional: bool) -> bool:
@@ -40,3 +45,24 @@ class Outcome:
         if self.failure is None:
             return True
         return isinstance(self.failure, StopAfterCommit) and not transactional
+
+    @property
+    def abandoning(self) -> bool:
+        """A failure abandons what waits on Kafka: a commit, a batch, a release would never end."""
+        return self._abandon.is_set()
+
+    async def unless_abandoned(self, work: Coroutine[Any, Any, None]) -> None:
+        """Await `work`, or cancel it when a failure abandons what waits on Kafka."""
+        if self._abandon.is_set():
+            work.close()
+            return
+        running = asyncio.ensure_future(work)
+        abandoned = asyncio.ensure_future(self._abandon.wait())
+        try:
+            await asyncio.wait([running, abandoned], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            abandoned.cancel()
+            if not running.done():
+                running.cancel()
+        if running.done() and not running.cancelled():
+            running.result()  # its exception, as if it had been awaited

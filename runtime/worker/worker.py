@@ -12,7 +12,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -34,12 +34,18 @@ from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import Limits
 from runtime.kafka.session_bounds import require_session_timeout_allowed
 from runtime.kafka.topic_serdes import topic_serdes
-from runtime.kafka.topics import InternalTopic, describe_limits, ensure_topics
+from runtime.kafka.topics import (
+    InternalTopic,
+    describe_limits,
+    ensure_topics,
+    refuse_recreating_read_topics,
+    topic_uses,
+)
 from runtime.state.restore import ChangelogRestorer
 from runtime.state.store_buffers import MB, StoreBuffers
 from runtime.task.broadcast import BroadcastSource
 from runtime.task.failures import FailureHandler
-from runtime.task.task import TaskServices
+from runtime.task.task import Task, TaskServices
 from runtime.telemetry import Telemetry
 from runtime.worker.assignment import Assignment
 from runtime.worker.backpressure import Backpressure
@@ -49,6 +55,7 @@ from runtime.worker.outcome import Outcome
 from runtime.worker.poll_loop import poll
 from runtime.worker.purge import RepartitionPurge
 from runtime.worker.readiness import BOOTSTRAPPING, JOINING, Readiness
+from runtime.worker.topic_watch import TopicWatch
 from runtime.worker.unfetched import Unfetched
 from stores import StoreError
 from stores.rocksdb import SHARED_MEMORY
@@ -141,6 +148,7 @@ class Worker:
         admin = self._clients.admin()
         await start_with_retries("admin client", self._clients.bootstrap_servers, admin.start)
         try:
+            await refuse_recreating_read_topics(admin, self.config)
             partition_counts = await ensure_topics(admin, self.config)
             self._limits = await describe_limits(admin, self.config, sorted(partition_counts))
             await require_session_timeout_allowed(admin, self.config)
@@ -175,10 +183,11 @@ class Worker:
             finally:
                 await consumer.stop()
         finally:
+            # Its stop waits until its batches are acknowledged: those for a deleted topic never are.
             if producer is not None:
-                await producer.stop()
-            if self._shared is not None:
-                await self._shared.producer.stop()  # renewed after the broker refused records
+                await self._outcome.unless_abandoned(producer.stop())
+            if self._shared is not None:  # renewed after the broker refused records
+                await self._outcome.unless_abandoned(self._shared.producer.stop())
         log.info("stopped after %.1fs: %s", time.monotonic() - self._started, self.counters.snapshot())
 
     async def _session(
@@ -248,12 +257,13 @@ class Worker:
         )
         follower = spawn(self._supervised("following the global stores", self.global_stores.follow()), "follower")
         outages = spawn(report_outages(counters), "outage reports")
+        watcher = spawn(self._watch_topics(partition_counts), "topic watch")
         elections = [
             spawn(self._supervised(election.what, election.run()), election.what)
             for election in self._elections(partition_counts)
         ]
         tasks = lambda: list(assignment.tasks.values())  # noqa: E731
-        timer = spawn(self._supervised("the commit timer", commit_cycle.commit_periodically(tasks)), "commit timer")
+        timer = spawn(self._commit_timer(commit_cycle, tasks), "commit timer")
         purge = RepartitionPurge(consumer, self._clients.admin, set(config.repartition_topics()))
         purger = spawn(purge.periodically(), "repartition purge") if config.repartition_topics() else None
         consumer.subscribe(config.input_topics(), listener=assignment)
@@ -264,6 +274,7 @@ class Worker:
         finally:
             follower.cancel()
             outages.cancel()
+            watcher.cancel()
             for election in elections:
                 election.cancel()  # stops its singleton here; a transaction left open is aborted by the next start
             if purger is not None:
@@ -275,6 +286,16 @@ class Worker:
                 await store_checkpoints.finish()  # the checkpoints the last commits took part in
             if purger is not None:
                 await purge.once()  # what the last commit passed
+
+    async def _commit_timer(self, commit_cycle: CommitCycle, tasks: Callable[[], Iterable[Task]]) -> None:
+        """Until stopped; a commit in flight is abandoned when a failure says so, as it would never end."""
+        timing = self._outcome.unless_abandoned(commit_cycle.commit_periodically(tasks))
+        await self._supervised("the commit timer", timing)
+
+    async def _watch_topics(self, partition_counts: dict[str, int]) -> None:
+        uses = {topic: use for topic, use in topic_uses(self.config).items() if topic in partition_counts}
+        watch = TopicWatch(self._clients.admin, self._clients.bootstrap_servers, uses)
+        await self._supervised("watching the app's topics", watch.run())
 
     def _elections(self, partition_counts: dict[str, int]) -> list[Election]:
         """The app's outboxes and table followers, each run by one process of all the app's: the one its

@@ -16,11 +16,11 @@ from processors.sinks import PostgresSink
 
 
 class Echo(Processor):
-    """Sends each value on to `params.output`, after an optional `sleep_ms` per record; with
-    `keep_headers`, with the record's headers."""
+    """Sends each value on to `params.output` (and to `params.copy_to`, when set), after an optional
+    `sleep_ms` per record; with `keep_headers`, with the record's headers."""
 
     def init(self, ctx: Context) -> None:
-        self.output = str(ctx.params["output"])
+        self.outputs = [str(ctx.params["output"]), *([str(ctx.params["copy_to"])] if "copy_to" in ctx.params else [])]
         self.sleep_s = float(ctx.params.get("sleep_ms", 0)) / 1000
         self.keep_headers = bool(ctx.params.get("keep_headers", False))
 
@@ -28,7 +28,8 @@ class Echo(Processor):
         if self.sleep_s:
             await asyncio.sleep(self.sleep_s)
         value = {"src": [record.partition, record.offset], "value": record.value}
-        ctx.send(self.output, value, key=record.key, headers=record.headers if self.keep_headers else None)
+        for output in self.outputs:
+            ctx.send(output, value, key=record.key, headers=record.headers if self.keep_headers else None)
 
 
 class Picky(Processor):
@@ -44,7 +45,7 @@ class KillOnce(Processor):
     """SIGKILLs its own process at record `n == crash_at`, once (a marker file remembers)."""
 
     def init(self, ctx: Context) -> None:
-        self.output = str(ctx.params["output"])
+        self.outputs = [str(ctx.params["output"]), *([str(ctx.params["copy_to"])] if "copy_to" in ctx.params else [])]
         self.crash_at = int(ctx.params["crash_at"])
         self.marker = Path(str(ctx.params["marker"]))
 
@@ -59,7 +60,7 @@ class CountPerKey(Processor):
     """Running count per key in the `counts` store; emits every update to `params.output`."""
 
     def init(self, ctx: Context) -> None:
-        self.output = str(ctx.params["output"])
+        self.outputs = [str(ctx.params["output"]), *([str(ctx.params["copy_to"])] if "copy_to" in ctx.params else [])]
         self.counts = ctx.store("counts")
 
     def process(self, record: Record, ctx: Context) -> None:
@@ -127,7 +128,7 @@ class Hoard(Processor):
     """Keeps `params.value_bytes` of incompressible bytes per record in the `hoard` store (fills a disk)."""
 
     def init(self, ctx: Context) -> None:
-        self.output = str(ctx.params["output"])
+        self.outputs = [str(ctx.params["output"]), *([str(ctx.params["copy_to"])] if "copy_to" in ctx.params else [])]
         self.size = int(ctx.params["value_bytes"])
         self.hoard = ctx.store("hoard")
 

@@ -20,7 +20,8 @@ class Echo(Processor):
     `sleep_ms` per record; with `keep_headers`, with the record's headers."""
 
     def init(self, ctx: Context) -> None:
-        self.outputs = [str(ctx.params["output"]), *([str(ctx.params["copy_to"])] if "copy_to" in ctx.params else [])]
+        self.output = str(ctx.params["output"])
+        self.copy_to = str(ctx.params["copy_to"]) if "copy_to" in ctx.params else None
         self.sleep_s = float(ctx.params.get("sleep_ms", 0)) / 1000
         self.keep_headers = bool(ctx.params.get("keep_headers", False))
 
@@ -28,8 +29,10 @@ class Echo(Processor):
         if self.sleep_s:
             await asyncio.sleep(self.sleep_s)
         value = {"src": [record.partition, record.offset], "value": record.value}
-        for output in self.outputs:
-            ctx.send(output, value, key=record.key, headers=record.headers if self.keep_headers else None)
+        headers = record.headers if self.keep_headers else None
+        ctx.send(self.output, value, key=record.key, headers=headers)
+        if self.copy_to is not None:
+            ctx.send(self.copy_to, value, key=record.key, headers=headers)
 
 
 class Picky(Processor):
@@ -45,7 +48,8 @@ class KillOnce(Processor):
     """SIGKILLs its own process at record `n == crash_at`, once (a marker file remembers)."""
 
     def init(self, ctx: Context) -> None:
-        self.outputs = [str(ctx.params["output"]), *([str(ctx.params["copy_to"])] if "copy_to" in ctx.params else [])]
+        self.output = str(ctx.params["output"])
+        self.copy_to = str(ctx.params["copy_to"]) if "copy_to" in ctx.params else None
         self.crash_at = int(ctx.params["crash_at"])
         self.marker = Path(str(ctx.params["marker"]))
 
@@ -60,7 +64,8 @@ class CountPerKey(Processor):
     """Running count per key in the `counts` store; emits every update to `params.output`."""
 
     def init(self, ctx: Context) -> None:
-        self.outputs = [str(ctx.params["output"]), *([str(ctx.params["copy_to"])] if "copy_to" in ctx.params else [])]
+        self.output = str(ctx.params["output"])
+        self.copy_to = str(ctx.params["copy_to"]) if "copy_to" in ctx.params else None
         self.counts = ctx.store("counts")
 
     def process(self, record: Record, ctx: Context) -> None:
@@ -128,7 +133,8 @@ class Hoard(Processor):
     """Keeps `params.value_bytes` of incompressible bytes per record in the `hoard` store (fills a disk)."""
 
     def init(self, ctx: Context) -> None:
-        self.outputs = [str(ctx.params["output"]), *([str(ctx.params["copy_to"])] if "copy_to" in ctx.params else [])]
+        self.output = str(ctx.params["output"])
+        self.copy_to = str(ctx.params["copy_to"]) if "copy_to" in ctx.params else None
         self.size = int(ctx.params["value_bytes"])
         self.hoard = ctx.store("hoard")
 

@@ -358,7 +358,9 @@ def test_of_three_workers_one_at_a_time_runs_the_poller_and_a_standby_takes_over
     for (earlier, by), (later, _) in itertools.pairwise(runs):
         assert earlier[1] <= later[0], f"worker {by} still ran the poller when another started it: {runs}"
     takeovers = [n for (began, _), n in runs if began > killed_at]
-    assert len(takeovers) == 1 and takeovers[0] != owner, f"after the kill of worker {owner}: {runs}"
+    # Another took over; a rebalance of the election (a standby's heartbeat late on a loaded machine) may
+    # stop and start it again on the same or another process, never two at once (checked above).
+    assert takeovers and owner not in takeovers, f"after the kill of worker {owner}: {runs}"
     check_each_once_in_order(
         asyncio.run(shipped(kafka_bootstrap, events)), asyncio.run(ids_by_number(postgres_url, table))
     )

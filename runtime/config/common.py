@@ -15,6 +15,8 @@ MAX_PARTITIONS = 10_000
 MAX_REPLICATION_FACTOR = 32_767  # an int16 in Kafka's protocol
 # The broker's default transaction.max.timeout.ms: a longer transaction timeout is refused by it.
 MAX_TRANSACTION_TIMEOUT_MS = 900_000
+DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 class ConfigError(Exception):
@@ -41,6 +43,17 @@ def replicas(factor: int) -> int:
     if factor > MAX_REPLICATION_FACTOR:
         raise ValueError(f"{factor} is above {MAX_REPLICATION_FACTOR}, the most Kafka's protocol carries")
     return factor
+
+
+def duration_ms(given: object) -> object:
+    """Milliseconds of a duration written with its unit ("30s", "15m", "1h", "1d"); anything else as it
+    was given, for the field's own checks (a plain number is milliseconds)."""
+    if isinstance(given, str):
+        found = DURATION.match(given.strip())
+        if found is None:
+            raise ValueError(f"'{given}' is not a duration: write milliseconds, or a number with ms, s, m, h or d")
+        return int(found.group(1)) * UNIT_MS[found.group(2)]
+    return given
 
 
 def describe_error(error: Exception) -> str:

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from processors.global_updater import GlobalStoreUpdater
-from runtime.config.common import Strict, import_subclass, known_serde, valid_topic_name
+from runtime.config.common import Strict, duration_ms, import_subclass, known_serde, valid_topic_name
 from runtime.config.store_kinds import retention_fits_kind
 from stores.layout import StoreKind
-
-DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
-UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 class SnapshotsConfig(Strict):
@@ -29,15 +25,7 @@ class SnapshotsConfig(Strict):
     every: int | None = Field(default=None, ge=1_000)  # milliseconds, or "30s", "15m", "1h", "1d"
     keep: int = Field(default=24, ge=1)
 
-    @field_validator("every", mode="before")
-    @classmethod
-    def _a_duration(cls, every: object) -> object:
-        if isinstance(every, str):
-            found = DURATION.match(every.strip())
-            if found is None:
-                raise ValueError(f"'{every}' is not a duration: write milliseconds, or a number with ms, s, m, h or d")
-            return int(found.group(1)) * UNIT_MS[found.group(2)]
-        return every
+    _a_duration = field_validator("every", mode="before")(classmethod(lambda cls, every: duration_ms(every)))
 
     @field_validator("location", mode="before")
     @classmethod

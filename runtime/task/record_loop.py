@@ -2,11 +2,14 @@
 
 Each record is decoded (with its event time, where its topic says where to find it), advances the
 task's stream time, and is processed; a record that cannot be decoded, or whose processing raises,
-goes to the error policy, and nothing it sent escapes. The loop checks `interrupted` before each
-record: the task sets it to end the batch there (it stops, a commit waits for its turn, records came
-for an input it had none of), and the loop sets it after a record that brings a stream-time
-punctuation due. The offset and the counters are brought up to date once per batch, by the task's
-`on_batch_done`: no commit can run inside a batch, as the batch holds the task's turn.
+goes to the error policy, and nothing it sent escapes. A record that would move stream time further
+ahead of the wall clock than its topic allows goes to the deserialization policy instead
+(`runtime/task/event_time_bounds.py`): the comparison is made only when stream time would move.
+The loop checks `interrupted` before each record: the task sets it to end the batch there (it stops,
+a commit waits for its turn, records came for an input it had none of), and the loop sets it after a
+record that brings a stream-time punctuation due. The offset and the counters are brought up to date
+once per batch, by the task's `on_batch_done`: no commit can run inside a batch, as the batch holds the
+task's turn.
 
 The plain loop (`process` with telemetry off and no concurrency) does everything inline: it is the fast
 path. Every other path takes a record through the same steps, `decode`, stream time (inline in the
@@ -30,9 +33,11 @@ from aiokafka import TopicPartition
 from processors.processor import Processor
 from processors.record import Record
 from runtime.config.processors import ConcurrencyConfig, ConcurrencyOrder
+from runtime.config.topics import DEFAULT_MAX_AHEAD_MS
 from runtime.kafka.outputs import Outputs
 from runtime.task.context import TaskContext
 from runtime.task.event_time import RecordBuilder, stamping
+from runtime.task.event_time_bounds import AheadGuard, EventTimeAhead
 from runtime.task.failures import Stage
 from runtime.task.in_flight import InFlight
 from runtime.telemetry.trace_headers import CARRIED_CLASSES, UNTRACED, TraceDecision
@@ -76,6 +81,11 @@ class RecordLoop:
             timestamp_of = services.timestamps.get(tp.topic)
             self.builders[tp.topic] = Record if timestamp_of is None else stamping(timestamp_of)
         self._decoders = {topic: self._decoder(topic, services) for topic in self.builders}
+        ahead = services.max_ahead_ms
+        self._guards = {
+            topic: AheadGuard(name, ahead.get(topic, DEFAULT_MAX_AHEAD_MS), services.clock, services.jumps)
+            for topic in self.builders
+        }
         self._name = name
         self._processor = processor
         self._context = context
@@ -112,6 +122,8 @@ class RecordLoop:
         process, context, is_async = self._processor.process, self._context, self._is_async
         pending = context.pending
         stream_time, punctuation_due = context.latest_timestamp, context.next_stream_time_due()
+        guard = self._guards[tp.topic]
+        alarm = guard.start(stream_time)
         processed = 0
         done: int | None = None  # the offset after the last record handled
         try:
@@ -134,6 +146,13 @@ class RecordLoop:
                     continue
                 timestamp = record.timestamp
                 if timestamp > stream_time:
+                    if timestamp > alarm:
+                        try:
+                            alarm = guard.judge(raw, timestamp, stream_time)
+                        except EventTimeAhead as error:  # never moves stream time: to the policy
+                            self._undecodable(raw, error)
+                            done = raw.offset + 1
+                            continue
                     stream_time = context.latest_timestamp = timestamp
                     if timestamp >= punctuation_due:
                         self.interrupted = True  # after this record
@@ -159,6 +178,8 @@ class RecordLoop:
         tracer = self._services.telemetry.tracer
         decode, process_one, context = self._decoders[tp.topic], self._process_one, self._context
         stream_time, punctuation_due = context.latest_timestamp, context.next_stream_time_due()
+        guard = self._guards[tp.topic]
+        alarm = guard.start(stream_time)
         processed = 0
         done: int | None = None  # the offset after the last record handled
         try:
@@ -171,6 +192,13 @@ class RecordLoop:
                     if record is not None:
                         timestamp = record.timestamp
                         if timestamp > stream_time:  # as the plain loop does
+                            if timestamp > alarm:
+                                try:
+                                    alarm = guard.judge(raw, timestamp, stream_time)
+                                except EventTimeAhead as error:
+                                    self._undecodable(raw, error)
+                                    done = raw.offset + 1
+                                    continue
                             stream_time = context.latest_timestamp = timestamp
                             if timestamp >= punctuation_due:
                                 self.interrupted = True  # after this record
@@ -189,14 +217,14 @@ class RecordLoop:
         tracer = self._services.telemetry.tracer
         decisions = tracer.decide(records) if tracer.enabled else [UNTRACED] * len(records)
         done: int | None = None  # the offset after the last record handed over
+        self._guards[tp.topic].start(self._context.latest_timestamp)
         try:
             with tracer.batch_context():  # the chains started here carry it
                 for index, raw in enumerate(records):
                     if self.interrupted:
                         return records[index:]
                     record = self.decode(tp, raw)
-                    if record is not None:
-                        self._advance_stream_time(record.timestamp)
+                    if record is not None and self._advance_stream_time(raw, record.timestamp):
                         await in_flight.submit(raw, record, decisions[index], self._context.latest_timestamp)
                     done = raw.offset + 1
         finally:
@@ -242,8 +270,11 @@ class RecordLoop:
 
     async def process_chosen(self, raw: Any, record: Record) -> int:
         """One record a merge processor chose: 1 when it was processed, 0 when it failed and the policy
-        went on; the caller brings the offsets up to date."""
-        self._advance_stream_time(record.timestamp)
+        went on; the caller brings the offsets up to date. Its event time is judged against the wall clock
+        as of its choice."""
+        self._guards[raw.topic].start(self._context.latest_timestamp)
+        if not self._advance_stream_time(raw, record.timestamp):
+            return 0
         tracer, context = self._services.telemetry.tracer, self._context
         decision = tracer.decide([raw])[0] if tracer.enabled else UNTRACED
         try:
@@ -253,14 +284,23 @@ class RecordLoop:
         finally:
             context.trace_fields, context.source, context.output_time = UNTRACED, None, None
 
-    def _advance_stream_time(self, timestamp: int) -> None:
-        """As the plain loop does inline: a record's time moves stream time on; one that brings a
+    def _advance_stream_time(self, raw: Any, timestamp: int) -> bool:
+        """As the plain loop does inline: a record's time moves stream time on, unless it is too far ahead
+        (then the record goes to the deserialization policy, and False is returned); one that brings a
         stream-time punctuation due ends the batch after it."""
         context = self._context
         if timestamp > context.latest_timestamp:
+            guard = self._guards[raw.topic]
+            if timestamp > guard.alarm:
+                try:
+                    guard.judge(raw, timestamp, context.latest_timestamp)
+                except EventTimeAhead as error:
+                    self._undecodable(raw, error)
+                    return False
             context.latest_timestamp = timestamp
             if timestamp >= context.next_stream_time_due():
                 self.interrupted = True  # after this record
+        return True
 
     def _process_one(self, raw: Any, record: Record, decision: TraceDecision, context: TaskContext) -> Outcome:
         """The step every path but the plain loop takes for a decoded record: processed in a span when the

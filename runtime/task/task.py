@@ -48,6 +48,7 @@ from runtime.task.clock import SYSTEM_CLOCK, Clock
 from runtime.task.commits import CommitBeforeProcessing, TaskCommit
 from runtime.task.context import TaskContext, TopicSerdes
 from runtime.task.event_time import TimestampOf, raw_event_time, timestamp_readers
+from runtime.task.event_time_bounds import StreamTimeJumps
 from runtime.task.failures import FailureHandler, Stage
 from runtime.task.intake import Admission, BatchIntake, ChoiceIntake, ChooseFailed, Intake, TimestampIntake
 from runtime.task.punctuations import PunctuationFailed, Punctuations
@@ -87,6 +88,10 @@ class TaskServices:
     on_dequeue: Callable[[Task], None]
     commit_before_processing: CommitBeforeProcessing | None  # at-most-once only
     timestamps: Mapping[str, TimestampOf] = field(default_factory=dict)  # topics whose event time is not Kafka's
+    # How far ahead of the wall clock each input topic's event times may be (None: no bound); a topic
+    # not named has the YAML's default.
+    max_ahead_ms: Mapping[str, int | None] = field(default_factory=dict)
+    jumps: StreamTimeJumps = field(default_factory=StreamTimeJumps)  # the worker's log of stream-time jumps
     # A task with several inputs waits up to this long for one with nothing queued that Kafka still
     # has records of (`unfetched`), before it goes on without it.
     max_task_idle_s: float = 0.0
@@ -109,7 +114,7 @@ class TaskServices:
         on_dequeue: Callable[[Task], None],
         commit_before_processing: CommitBeforeProcessing | None,
     ) -> TaskServices:
-        """With what the app's YAML sets for every task (event time, `max_task_idle_ms`,
+        """With what the app's YAML sets for every task (event time and its bounds, `max_task_idle_ms`,
         `shutdown_timeout_s`): a worker and the test kit start from the same."""
         return cls(
             failures,
@@ -120,7 +125,8 @@ class TaskServices:
             on_dequeue,
             commit_before_processing,
             timestamp_readers(config),
-            config.max_task_idle_ms / 1000,
+            {name: topic.max_ahead for name, topic in config.topics.items()},
+            max_task_idle_s=config.max_task_idle_ms / 1000,
             shutdown_timeout_s=config.shutdown_timeout_s,
         )
 

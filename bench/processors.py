@@ -86,3 +86,11 @@ class PacedTransform(Processor):
             await asyncio.sleep(due - now)
         self._next = due + self._interval
         ctx.send(self._output, {**record.value, "seen": True}, key=record.key)
+
+
+class Rejecting(Transform):
+    """`Transform`, then raises: every record fails after sending its output, which the error policy drops."""
+
+    def process(self, record: Record, ctx: Context) -> None:
+        super().process(record, ctx)
+        raise ValueError(f"rejected record {record.key}")

@@ -3,18 +3,23 @@
 A dead letter is the input record with headers saying what went wrong, so it can be larger than the
 input, and larger than the dead-letter topic takes: it is then cut down to fit (value first, then key),
 with a header giving the original sizes, rather than being refused and stopping the worker.
+
+A processor may fail on every record, and then the policy runs as often as records come: a dead letter
+goes into the output path's open batches as any output does, its stack trace is formatted once per path
+through the code (`runtime/task/stack_traces.py`), and the log tells the first records of a burst and
+then counts the rest per processor and cause (`runtime/summarised_log.py`).
 """
 
 from __future__ import annotations
 
 import logging
-import traceback
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from runtime.config import AppConfig, ErrorPolicy
 from runtime.counters import Counters
 from runtime.errors import EngineError, StopAfterCommit, StopWithoutCommit
+from runtime.kafka.aiokafka_internals import estimate_record_size
 from runtime.kafka.outputs import Output, Outputs
 from runtime.kafka.record_limits import (
     DEFAULT_MAX_REQUEST_SIZE,
@@ -25,6 +30,8 @@ from runtime.kafka.record_limits import (
     record_size,
 )
 from runtime.kafka.unparseable import UnparseableRecordError
+from runtime.summarised_log import SummarisedLog
+from runtime.task.stack_traces import stack_trace
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +72,8 @@ class FailureHandler:
         self._dead_letter_topic = dead_letter_topic
         self._counters = counters
         self._dead_letter_max_bytes = dead_letter_max_bytes
+        self._log = SummarisedLog(log, "failed records not logged one by one")
+        self._causes: dict[tuple[Stage, str, type[BaseException], str], _Cause] = {}
 
     @classmethod
     def configured(cls, config: AppConfig, counters: Counters, limits: Limits) -> FailureHandler:
@@ -83,33 +92,63 @@ class FailureHandler:
         """Whether a failure at `stage` stops the worker (the `fail` policy)."""
         return self._policies[stage] is ErrorPolicy.FAIL
 
+    def summarise(self) -> None:
+        """Tell the failures counted but not yet told (the worker stops)."""
+        self._log.flush()
+
     def handle(self, stage: Stage, processor: str, raw: Any, error: BaseException, outputs: Outputs) -> None:
         if isinstance(error, EngineError):  # not the record's fault (a schema registry out of reach): no policy
             raise error
-        where = f"{raw.topic}[{raw.partition}]@{raw.offset}"
         policy = self._policies[stage]
         if policy is ErrorPolicy.FAIL:
             raise RecordFailed(
-                f"{stage} failed in processor '{processor}' for record {where}: {type(error).__name__}: {error}"
+                f"{stage} failed in processor '{processor}' for record {raw.topic}[{raw.partition}]@{raw.offset}: "
+                f"{type(error).__name__}: {error}"
             ) from error
-        if policy is ErrorPolicy.SKIP:
-            self._counters.skipped += 1
-            log.warning("skipped record %s (%s failed in '%s'): %r", where, stage, processor, error)
-            return
         if isinstance(error, UnparseableRecordError):
             raw = error.recovered  # the record as fetched cannot be read: this is what its bytes still hold
+        cause = self._cause(stage, processor, error, raw.topic)
+        if policy is ErrorPolicy.SKIP:
+            self._counters.skipped += 1
+            self._log.log(cause.skipped, logging.WARNING, _TOLD, "skipped", *_told(stage, processor, raw, error))
+            return
         key, value, headers = fit_dead_letter(
-            raw.key,
-            raw.value,
-            raw.headers,
-            self.error_headers(stage, processor, raw, error),
-            self._dead_letter_max_bytes,
+            raw.key, raw.value, raw.headers, self._error_headers(cause, raw, error), self._dead_letter_max_bytes
         )
         outputs.append(self._dead_letter_topic, key, value, headers, timestamp_ms=raw.timestamp, processor=processor)
         self._counters.dead_lettered += 1
-        log.warning("dead-lettered record %s (%s failed in '%s'): %r", where, stage, processor, error)
         if headers[-1][0] == TRUNCATED:
-            log.warning("the dead letter of record %s was cut down to fit its topic (%s)", where, headers[-1][1])
+            self._log.log(
+                cause.cut_down,
+                logging.WARNING,
+                f"{_TOLD}, cut down to fit its topic (%s)",
+                "dead-lettered",
+                *_told(stage, processor, raw, error),
+                headers[-1][1].decode(),
+            )
+        else:
+            self._log.log(
+                cause.dead_lettered, logging.WARNING, _TOLD, "dead-lettered", *_told(stage, processor, raw, error)
+            )
+
+    def _cause(self, stage: Stage, processor: str, error: BaseException, topic: str) -> _Cause:
+        """What a failure of this kind, in this processor, of a record of this topic has in common with the
+        others: its kinds in the log's summary, and the dead letter's headers that name it."""
+        error_type = type(error)
+        cause = self._causes.get((stage, processor, error_type, topic))
+        if cause is None:
+            because = f"'{processor}' ({stage} failed: {error_type.__name__})"
+            cause = self._causes[stage, processor, error_type, topic] = _Cause(
+                f"dead-lettered in {because}",
+                f"dead-lettered in {because}, cut down to fit",
+                f"skipped in {because}",
+                ("error.stage", stage.value.encode()),
+                ("error.type", f"{error_type.__module__}.{error_type.__qualname__}".encode()),
+                ("error.app", self._app_id.encode()),
+                ("error.processor", processor.encode()),
+                ("source.topic", topic.encode()),
+            )
+        return cause
 
     def refused(self, output: Output, error: Exception, outputs: Outputs) -> None:
         """The broker refused an output: its input record failed processing, after the fact."""
@@ -130,34 +169,62 @@ class FailureHandler:
         self.handle(Stage.PROCESSING, processor, raw, refusal, outputs)
 
     def error_headers(self, stage: Stage, processor: str, raw: Any, error: BaseException) -> list[tuple[str, bytes]]:
-        error_type = type(error)
-        stack = "".join(traceback.format_exception(error))
+        """What went wrong and where the record came from."""
+        return self._error_headers(self._cause(stage, processor, error, raw.topic), raw, error)
+
+    @staticmethod
+    def _error_headers(cause: _Cause, raw: Any, error: BaseException) -> list[tuple[str, bytes]]:
         return [
-            ("error.stage", stage.value.encode()),
-            ("error.type", f"{error_type.__module__}.{error_type.__qualname__}".encode()),
+            cause.stage,
+            cause.type,
             ("error.message", (str(error) or repr(error)).encode()),
-            ("error.stacktrace", stack.encode()),
-            ("error.app", self._app_id.encode()),
-            ("error.processor", processor.encode()),
-            ("source.topic", raw.topic.encode()),
+            ("error.stacktrace", stack_trace(error).encode()),
+            cause.app,
+            cause.processor,
+            cause.topic,
             ("source.partition", str(raw.partition).encode()),
             ("source.offset", str(raw.offset).encode()),
             ("source.timestamp", str(raw.timestamp).encode()),
         ]
 
 
+_TOLD = "%s record %s[%d]@%d (%s failed in '%s'): %r"
+
+
+def _told(stage: Stage, processor: str, raw: Any, error: BaseException) -> tuple[object, ...]:
+    """The arguments of `_TOLD` after what was done."""
+    return (raw.topic, raw.partition, raw.offset, stage, processor, error)
+
+
+class _Cause(NamedTuple):
+    """Encoded once for each stage, processor, error type and source topic."""
+
+    dead_lettered: str
+    cut_down: str
+    skipped: str
+    stage: tuple[str, bytes]
+    type: tuple[str, bytes]
+    app: tuple[str, bytes]
+    processor: tuple[str, bytes]
+    topic: tuple[str, bytes]
+
+
 def fit_dead_letter(
-    key: bytes | None, value: bytes | None, headers: HeaderList, error_headers: HeaderList, max_bytes: int
+    key: bytes | None,
+    value: bytes | None,
+    headers: HeaderList,
+    error_headers: list[tuple[str, bytes]],
+    max_bytes: int,
 ) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
     """The dead letter's key, value and headers, cut down to `max_bytes` when they exceed it: the value
     first, then the key, then the input's own headers, then the error's stack trace and message. The
     error headers stay, and `error.truncated` gives the original sizes."""
-    kept = [*headers, *error_headers]
-    if record_size(key, value, kept) <= max_bytes:
+    kept = [*headers, *error_headers] if headers else error_headers  # read only, from here on
+    if estimate_record_size(key, value, kept) <= max_bytes:
         return key, value, kept
     original = sum(len(name.encode()) + len(data or b"") for name, data in headers)
     note = (TRUNCATED, f"key={_size(key)},value={_size(value)},headers={original}".encode())
-    kept.append(note)
+    kept = [*kept, note]
     value = _cut(value, record_size(key, value, kept) - max_bytes)
     key = _cut(key, record_size(key, value, kept) - max_bytes)
     if record_size(key, value, kept) > max_bytes:

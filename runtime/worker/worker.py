@@ -173,16 +173,18 @@ class Worker:
         exactly_once = self.config.guarantee is Guarantee.EXACTLY_ONCE
         producer = None if exactly_once else self._clients.producer()
         consumer = self._clients.group_consumer(sum(partition_counts[topic] for topic in self.config.input_topics()))
+        failures = self._failure_handler()
         if producer is not None:
             await start_with_retries("producer", self._clients.bootstrap_servers, producer.start)
         try:
             await start_with_retries("consumer", self._clients.bootstrap_servers, consumer.start)
             try:
                 async with asyncio.TaskGroup() as group:
-                    await self._session(consumer, producer, partition_counts, group)
+                    await self._session(consumer, producer, partition_counts, group, failures)
             finally:
                 await consumer.stop()
         finally:
+            failures.summarise()  # the failed records counted and not yet told
             # Its stop waits until its batches are acknowledged: those for a deleted topic never are.
             if producer is not None:
                 await self._outcome.unless_abandoned(producer.stop())
@@ -196,9 +198,9 @@ class Worker:
         producer: AIOKafkaProducer | None,
         partition_counts: dict[str, int],
         group: asyncio.TaskGroup,
+        failures: FailureHandler,
     ) -> None:
         config, counters, outcome = self.config, self.counters, self._outcome
-        failures = self._failure_handler()
         shared = self._shared = None
         if producer is not None:
             shared = self._shared = Outputs(

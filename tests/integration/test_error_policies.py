@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -11,11 +13,14 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from runtime.config import parse_app
 from runtime.worker.worker import Worker, WorkerFailed
 from tests.conftest import TopicNamer
+from tests.integration.test_exactly_once import wait_exit
 from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.running import read_log, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
 
 UNDECODABLE = b"\xc1 not msgpack"  # 0xc1 is never used by msgpack
+EVERY = 20_000  # records, all failing (bench.dead_letter measures 200,000)
 
 
 def picky_app(app_id: str, source: str, sink: str, policy: str, dead_letters: str | None = None) -> dict[str, Any]:
@@ -94,3 +99,51 @@ async def test_fail_stops_and_commits_only_what_came_before(kafka_bootstrap: str
         assert await consumer.committed(TopicPartition(source, 0)) == 1, "the failed record must be read again"
     finally:
         await consumer.stop()
+
+
+async def test_every_record_failing_is_dead_lettered_in_few_log_lines_without_a_rebalance(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    source, sink, dead = topic_name("in"), topic_name("out"), topic_name("dlq")
+    await create_topic(kafka_bootstrap, source, 3)
+    await produce(
+        kafka_bootstrap, source, [(f"k{n}".encode(), msgpack.packb({"n": n, "bad": True})) for n in range(EVERY)]
+    )
+    app = {
+        **picky_app(topic_name("app"), source, sink, "dead_letter", dead),
+        "kafka": {"bootstrap_servers": kafka_bootstrap},
+    }
+    log = tmp_path / "worker.log"
+    worker = spawn_worker(write_app(tmp_path, app), "--until-caught-up", log=log)
+    assert await wait_exit(worker, 120) == 0, read_log(log)[-3000:]
+
+    letters = await read_topic(kafka_bootstrap, dead)
+    sources = {(r.partition, r.offset): r for r in await read_topic(kafka_bootstrap, source)}
+    assert len(letters) == EVERY
+    origins = set()
+    for letter in letters:
+        headers = dict(letter.headers)
+        origin = (int(headers["source.partition"]), int(headers["source.offset"]))
+        origins.add(origin)
+        assert (headers["source.topic"], headers["error.stage"], headers["error.processor"]) == (
+            source.encode(),
+            b"processing",
+            b"picky",
+        )
+        assert (letter.key, letter.value) == (sources[origin].key, sources[origin].value)
+        assert headers["error.type"] == b"builtins.ValueError"
+        assert headers["error.message"] == b"bad record " + letter.key
+        assert headers["error.stacktrace"].endswith(b"ValueError: bad record " + letter.key + b"\n")
+    assert origins == set(sources), "a record was dead-lettered twice, or not at all"
+
+    lines = read_log(log).splitlines()
+    assert len(lines) < 1_000
+    assert not [line for line in lines if "revoked" in line], "the worker lost its group session"
+    one_by_one = [line for line in lines if " dead-lettered record " in line]
+    counted = [
+        int(n.replace(",", "")) for n in re.findall(r"([\d,]+) failed records not logged one by one", "\n".join(lines))
+    ]
+    assert len(one_by_one) + sum(counted) == EVERY, (one_by_one, counted)
+    assert all(
+        "dead-lettered in 'picky' (processing failed: ValueError)" in line for line in lines if "one by one" in line
+    )

@@ -1,0 +1,91 @@
+"""Lines about one recurring event, bounded however often it happens: a burst's first few lines in full,
+then one line per interval that counts the rest by kind.
+
+A processor that fails on every record under `skip` or `dead_letter` fails thousands of times a second;
+a line for each floods the log and costs the worker more than the records do. The first `in_full` lines
+of a burst are logged as they come, each naming its record; after them, each line is only counted under
+its kind (what happened, where and why), and when `every_s` has passed since the burst began (or since
+its last summary), one line tells the counts. A burst ends when no event has come for `every_s`: the next
+is again logged in full. The summary is due by a timer of the running event loop, so it comes even when
+the events stop; `flush` tells what is counted at once, when the worker stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+
+
+class SummarisedLog:
+    def __init__(
+        self,
+        logger: logging.Logger,
+        what: str,
+        in_full: int = 5,
+        every_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        """`what` names the events in the summary line ("records not logged one by one")."""
+        self._logger, self._what = logger, what
+        self._in_full, self._every_s, self._clock = in_full, every_s, clock
+        self._told = 0  # lines logged in full in the current burst
+        self._counted: Counter[str] = Counter()  # by kind, since the interval began
+        self._interval_began = 0.0
+        self._last = float("-inf")  # when the last event came
+        self._timer: asyncio.TimerHandle | None = None
+
+    def log(self, kind: str, level: int, message: str, *args: object) -> None:
+        """One event of `kind`: `message % args` at `level` while the burst's first lines are told, else counted."""
+        now = self._clock()
+        if self._told and now - self._interval_began >= self._every_s:
+            self._end_interval(now)  # no timer told it (no event loop runs)
+        if now - self._last >= self._every_s:
+            self._told = 0  # the burst before is over
+        self._last = now
+        if self._told < self._in_full:
+            if not self._told:
+                self._interval_began = now
+            self._told += 1
+            self._logger.log(level, message, *args)
+            return
+        self._counted[kind] += 1
+        if self._timer is None:
+            self._schedule(self._interval_began + self._every_s - now)
+
+    def flush(self) -> None:
+        """Tell what is counted now, without waiting for the interval's end."""
+        self._cancel_timer()
+        self._summarise(self._clock())
+
+    def _schedule(self, delay: float) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # told at the next event after the interval, or by `flush`
+        self._timer = loop.call_later(max(0.0, delay), self._on_timer)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._end_interval(self._clock())
+
+    def _end_interval(self, now: float) -> None:
+        self._cancel_timer()
+        self._summarise(now)
+        self._interval_began = now
+
+    def _summarise(self, now: float) -> None:
+        """The summary line of the counts, if any."""
+        if not self._counted:
+            return
+        counts = ", ".join(f"{count:,} {kind}" for kind, count in self._counted.most_common())
+        seconds = now - self._interval_began
+        self._logger.warning("%s %s in the last %.0f s: %s", f"{self._counted.total():,}", self._what, seconds, counts)
+        self._counted = Counter()

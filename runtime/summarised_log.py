@@ -3,7 +3,7 @@ then one line per interval that counts the rest by kind.
 
 A processor that fails on every record under `skip` or `dead_letter` fails thousands of times a second;
 a line for each floods the log and costs the worker more than the records do. The first `in_full` lines
-of a burst are logged as they come, each naming its record; after them, each line is only counted under
+of a burst are logged as they come (`tells` says so), each naming its record; after them, each is only counted under
 its kind (what happened, where and why), and when `every_s` has passed since the burst began (or since
 its last summary), one line tells the counts. A burst ends when no event has come for `every_s`: the next
 is again logged in full. The summary is due by a timer of the running event loop, so it comes even when
@@ -37,8 +37,9 @@ class SummarisedLog:
         self._last = float("-inf")  # when the last event came
         self._timer: asyncio.TimerHandle | None = None
 
-    def log(self, kind: str, level: int, message: str, *args: object) -> None:
-        """One event of `kind`: `message % args` at `level` while the burst's first lines are told, else counted."""
+    def tells(self, kind: str) -> bool:
+        """One event of `kind`: whether its line is to be logged now (one of a burst's first), else it is counted
+        under `kind`. The caller logs the line: the counted ones cost no formatting."""
         now = self._clock()
         if self._told and now - self._interval_began >= self._every_s:
             self._end_interval(now)  # no timer told it (no event loop runs)
@@ -49,11 +50,11 @@ class SummarisedLog:
             if not self._told:
                 self._interval_began = now
             self._told += 1
-            self._logger.log(level, message, *args)
-            return
+            return True
         self._counted[kind] += 1
         if self._timer is None:
             self._schedule(self._interval_began + self._every_s - now)
+        return False
 
     def flush(self) -> None:
         """Tell what is counted now, without waiting for the interval's end."""

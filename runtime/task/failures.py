@@ -110,26 +110,21 @@ class FailureHandler:
         cause = self._cause(stage, processor, error, raw.topic)
         if policy is ErrorPolicy.SKIP:
             self._counters.skipped += 1
-            self._log.log(cause.skipped, logging.WARNING, _TOLD, "skipped", *_told(stage, processor, raw, error))
+            if self._log.tells(cause.skipped):
+                log.warning(_TOLD, "skipped", raw.topic, raw.partition, raw.offset, stage, processor, error)
             return
         key, value, headers = fit_dead_letter(
             raw.key, raw.value, raw.headers, self._error_headers(cause, raw, error), self._dead_letter_max_bytes
         )
         outputs.append(self._dead_letter_topic, key, value, headers, timestamp_ms=raw.timestamp, processor=processor)
         self._counters.dead_lettered += 1
-        if headers[-1][0] == TRUNCATED:
-            self._log.log(
-                cause.cut_down,
-                logging.WARNING,
-                f"{_TOLD}, cut down to fit its topic (%s)",
-                "dead-lettered",
-                *_told(stage, processor, raw, error),
-                headers[-1][1].decode(),
-            )
-        else:
-            self._log.log(
-                cause.dead_lettered, logging.WARNING, _TOLD, "dead-lettered", *_told(stage, processor, raw, error)
-            )
+        if headers[-1][0] != TRUNCATED:
+            if self._log.tells(cause.dead_lettered):
+                log.warning(_TOLD, "dead-lettered", raw.topic, raw.partition, raw.offset, stage, processor, error)
+        elif self._log.tells(cause.cut_down):
+            cut_from = headers[-1][1].decode()
+            what = ("dead-lettered", raw.topic, raw.partition, raw.offset, stage, processor, error, cut_from)
+            log.warning(f"{_TOLD}, cut down to fit its topic (%s)", *what)
 
     def _cause(self, stage: Stage, processor: str, error: BaseException, topic: str) -> _Cause:
         """What a failure of this kind, in this processor, of a record of this topic has in common with the
@@ -188,12 +183,7 @@ class FailureHandler:
         ]
 
 
-_TOLD = "%s record %s[%d]@%d (%s failed in '%s'): %r"
-
-
-def _told(stage: Stage, processor: str, raw: Any, error: BaseException) -> tuple[object, ...]:
-    """The arguments of `_TOLD` after what was done."""
-    return (raw.topic, raw.partition, raw.offset, stage, processor, error)
+_TOLD = "%s record %s[%d]@%d (%s failed in '%s'): %r"  # what was done, the record, and why
 
 
 class _Cause(NamedTuple):

@@ -55,7 +55,9 @@ class Context(ABC):
         The partition is Kafka's default: murmur2 of the encoded key, as a Java producer picks it. The
         timestamp (epoch ms) is `timestamp` when given, else the event time of the record being
         processed, so a downstream app sees the time the record is about; in a punctuation, the time
-        it fired for (the stream time, or the wall clock's).
+        it fired for (the stream time, or the wall clock's). A topic that is not among the processor's
+        `outputs` is a mistake in the code or the YAML, not in the record: it stops the app, whatever
+        the error policies.
         """
 
     @abstractmethod

@@ -9,6 +9,7 @@ from typing import Any
 from processors.context import Context, Punctuation, PunctuationTime
 from processors.serdes import Serde
 from runtime.counters import Counters
+from runtime.errors import StopAfterCommit
 from runtime.kafka.outputs import Headers, Output, Outputs
 from runtime.kafka.record_limits import DEFAULT_MAX_REQUEST_SIZE, Limits, RecordRefused, TopicLimits, check_record
 from runtime.state.task_state import TaskState, TaskStore
@@ -53,6 +54,11 @@ _READ_WITH = {
     "session": "session_store",
 }
 _UNKNOWN_LIMITS = TopicLimits(DEFAULT_MAX_REQUEST_SIZE)  # a topic not described: the producer's default
+
+
+class UndeclaredOutput(StopAfterCommit):
+    """A processor sent to a topic that is not among its outputs: a mistake in its code or in the app's YAML,
+    not in the record, so it stops the worker whatever the error policies say."""
 
 
 @dataclass
@@ -184,7 +190,7 @@ class TaskContext(Context):
         try:
             encode_key, encode_value, plain_bytes, keyless, limits = self._encoders[topic]
         except KeyError:
-            raise ValueError(
+            raise UndeclaredOutput(
                 f"processor '{self._processor_name}' sent to '{topic}', which is not among its outputs "
                 f"{sorted(self._outputs_allowed)}"
             ) from None

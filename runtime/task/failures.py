@@ -88,9 +88,10 @@ class FailureHandler:
             *([dead_letters.max_bytes] if dead_letters is not None else []),
         )
 
-    def stops_on(self, stage: Stage) -> bool:
-        """Whether a failure at `stage` stops the worker (the `fail` policy)."""
-        return self._policies[stage] is ErrorPolicy.FAIL
+    def stops_on(self, stage: Stage, error: BaseException) -> bool:
+        """Whether `error` at `stage` stops the worker: under the `fail` policy, and under every policy when it
+        is the engine's (a processor sending to a topic not among its outputs, a schema registry out of reach)."""
+        return isinstance(error, EngineError) or self._policies[stage] is ErrorPolicy.FAIL
 
     def summarise(self) -> None:
         """Tell the failures counted but not yet told (the worker stops)."""
@@ -156,7 +157,7 @@ class FailureHandler:
             ) from error
         refusal = RecordRefused(broker_refusal(topic, output.key, output.value, output.headers, error))
         refusal.__cause__ = error  # the dead letter's stack trace shows the client's
-        if self.stops_on(Stage.PROCESSING):
+        if self.stops_on(Stage.PROCESSING, refusal):
             raise OutputRefused(
                 f"processing failed in processor '{processor}' for record {raw.topic}[{raw.partition}]@{raw.offset}: "
                 f"{refusal}"

@@ -66,7 +66,7 @@ class Punctuations:
             await settle(callback())
         except Exception as error:  # nothing of a failed punctuation escapes
             del pending[released:]
-            if self._services.failures.stops_on(Stage.PROCESSING):
+            if self._services.failures.stops_on(Stage.PROCESSING, error):
                 raise PunctuationFailed(error) from error
             self._services.counters.skipped += 1
             log.warning("a punctuation of task %s failed (%r); skipped", self._task, error)

@@ -427,7 +427,7 @@ class Task:
     def _flush_failed(self, error: Exception) -> None:
         """Step 1.1 failed: no offset of this task is committed now; the policy decides what follows."""
         self._services.counters.failed_flushes += 1
-        if self._services.failures.stops_on(Stage.PROCESSING):
+        if self._services.failures.stops_on(Stage.PROCESSING, error):
             raise self._lifecycle_failed("flush()", error) from error
         log.warning(
             "processor '%s' failed to flush task %s (%r): its offsets stay uncommitted until a flush succeeds",

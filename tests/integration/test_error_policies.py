@@ -14,6 +14,7 @@ from runtime.config import parse_app
 from runtime.worker.worker import Worker, WorkerFailed
 from tests.conftest import TopicNamer
 from tests.integration.test_exactly_once import wait_exit
+from tests.integration.test_flush_sink import final_error
 from tests.support.kafka_helpers import create_topic, produce, read_topic
 from tests.support.running import read_log, spawn_worker, write_app
 
@@ -147,3 +148,25 @@ async def test_every_record_failing_is_dead_lettered_in_few_log_lines_without_a_
     assert all(
         "dead-lettered in 'picky' (processing failed: ValueError)" in line for line in lines if "one by one" in line
     )
+
+
+@pytest.mark.parametrize("policy", ["fail", "skip", "dead_letter"])
+async def test_a_send_to_a_topic_not_among_the_outputs_stops_the_worker_under_every_policy(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path, policy: str
+) -> None:
+    source, sink, dead, elsewhere = topic_name("in"), topic_name("out"), topic_name("dlq"), topic_name("elsewhere")
+    await create_topic(kafka_bootstrap, source)
+    await produce(kafka_bootstrap, source, [(f"k{n}".encode(), msgpack.packb({"n": n})) for n in range(3)])
+    app = picky_app(topic_name("app"), source, sink, policy, dead)
+    app["kafka"] = {"bootstrap_servers": kafka_bootstrap}
+    app["processors"][0]["params"]["output"] = elsewhere  # declared as a topic, not as the processor's output
+    app["topics"][elsewhere] = {"key_serde": "str"}
+    log = tmp_path / "worker.log"
+    worker = spawn_worker(write_app(tmp_path, app), "--until-caught-up", log=log)
+    assert await wait_exit(worker, 60) == 1, read_log(log)[-3000:]
+
+    error = final_error(log)
+    assert f"processor 'picky' sent to '{elsewhere}', which is not among its outputs ['{sink}']" in error, error
+    assert "dead-lettered record" not in read_log(log) and "skipped record" not in read_log(log)
+    if policy == "dead_letter":
+        assert await read_topic(kafka_bootstrap, dead) == []

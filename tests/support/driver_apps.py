@@ -49,3 +49,19 @@ class SendsASet(Processor):
 class FailsToStart(Processor):
     def init(self, ctx: Context) -> None:
         raise RuntimeError("no connection to the fraud service")
+
+
+class FlushesElsewhere(Processor):
+    """Sends what it was given to `params.output` in its flush."""
+
+    def init(self, ctx: Context) -> None:
+        self.output = str(ctx.params["output"])
+        self.held: list[Record] = []
+
+    def process(self, record: Record, ctx: Context) -> None:
+        self.held.append(record)
+
+    def flush(self, ctx: Context) -> None:
+        for record in self.held:
+            ctx.send(self.output, record.value, key=record.key)
+        self.held.clear()

@@ -175,3 +175,20 @@ def test_a_processor_with_concurrency_has_records_in_flight_together_and_each_ke
         finished.setdefault(record.partition, []).append(record.value["n"])
     assert counts == {f"k{k}": list(range(1, 41)) for k in range(5)}
     assert any(ns != sorted(ns) for ns in finished.values())
+
+
+ELSEWHERE = r"UndeclaredOutput: processor 'p' sent to 'elsewhere', which is not among its outputs \['out'\]"
+
+
+@pytest.mark.parametrize("processing", ["skip", "dead_letter"])
+def test_a_send_to_a_topic_not_among_the_outputs_stops_the_app_from_a_punctuation_or_a_flush_too(
+    app_driver: MakeDriver, processing: str
+) -> None:
+    params = {"output": "elsewhere", "every_ms": 1_000, "stream_every_ms": 1_000_000}
+    ticker = app_driver(app("tests.support.driver_apps:Ticker", processing=processing, params=params))
+    with pytest.raises(StopAfterCommit, match=rf"processor 'p' failed in a punctuation of task p\[\d\]: {ELSEWHERE}"):
+        ticker.advance_wall_clock(1_000)
+    flusher = app_driver(app("tests.support.driver_apps:FlushesElsewhere", processing=processing, params=params))
+    with pytest.raises(StopAfterCommit, match=rf"processor 'p' failed in flush\(\) of task p\[\d\]: {ELSEWHERE}"):
+        flusher.pipe("in", {"n": 1}, key="a")
+    assert flusher.counters.skipped == flusher.counters.dead_lettered == 0

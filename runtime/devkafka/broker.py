@@ -1,4 +1,5 @@
-"""A single-node Apache Kafka (KRaft, broker + controller) on 127.0.0.1, for development and tests."""
+"""An Apache Kafka node (KRaft, broker + controller) on 127.0.0.1, for development and tests: a
+single node by default, or one node of a local cluster (`runtime/devkafka/cluster.py`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.errors import KafkaError
 
 from runtime.devkafka.jars import DevKafkaError, classpath, require_tool
+from runtime.devkafka.secured import CLIENT_LISTENERS, INTERNAL, Security
 
 # The group and transactional id whose coordinators are looked up to tell that the broker is ready.
 READINESS_KEY = "dev-kafka-readiness"
@@ -48,6 +50,18 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: each is held while the next is found, so none is handed out twice."""
+    probes = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 def port_is_free(port: int) -> bool:
@@ -94,38 +108,64 @@ def cluster_ready(bootstrap_servers: str) -> bool:
 
 @dataclass
 class LocalBroker:
-    """One KRaft broker process whose log and metadata live in `data_dir`."""
+    """One KRaft broker process whose log and metadata live in `data_dir`.
+
+    Alone by default; a node of a cluster is given its `node_id`, the cluster's `quorum_voters` and
+    `cluster_id`, and its size. With `security`, it also opens the secured listeners of
+    `runtime/devkafka/secured.py`, each on a port of its own (`secured_ports`)."""
 
     data_dir: Path
     port: int = 0
     controller_port: int = 0
     heap: str = "768m"
+    node_id: int = 1
+    quorum_voters: str = ""
+    cluster_id: str = ""
+    cluster_size: int = 1
+    security: Security | None = None
+    secured_ports: dict[str, int] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.port = self.port or free_port()
         self.controller_port = self.controller_port or free_port()
+        if self.security is not None and not self.secured_ports:
+            names = [*CLIENT_LISTENERS, INTERNAL]
+            self.secured_ports = dict(zip(names, free_ports(len(names)), strict=True))
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def address(self, listener: str) -> str:
+        """Where the named listener (`PLAINTEXT`, or one of `secured.CLIENT_LISTENERS`) is."""
+        return self.bootstrap_servers if listener == "PLAINTEXT" else f"127.0.0.1:{self.secured_ports[listener]}"
 
     @property
     def log_file(self) -> Path:
         return self.data_dir / "broker.log"
 
     def _write_properties(self) -> Path:
+        advertised = {"PLAINTEXT": self.port, **self.secured_ports}
+        replicas = str(min(self.cluster_size, 3))
         settings = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
-            "listeners": (f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"),
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self.quorum_voters or f"{self.node_id}@127.0.0.1:{self.controller_port}",
+            "listeners": ",".join(
+                f"{name}://127.0.0.1:{port}"
+                for name, port in {**advertised, "CONTROLLER": self.controller_port}.items()
+            ),
+            "advertised.listeners": ",".join(f"{name}://127.0.0.1:{port}" for name, port in advertised.items()),
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(self.data_dir / "log"),
             **SINGLE_NODE_SETTINGS,
+            "offsets.topic.replication.factor": replicas,
+            "transaction.state.log.replication.factor": replicas,
+            "default.replication.factor": replicas,
+            **(self.security.settings(self.secured_ports) if self.security is not None else {}),
         }
         path = self.data_dir / "server.properties"
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
@@ -147,16 +187,22 @@ class LocalBroker:
     def _format_storage(self, properties: Path) -> None:
         if (self.data_dir / "log" / "meta.properties").exists():
             return
-        cluster_id = uuid.uuid4().hex[:22]
-        command = self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties))
+        cluster_id = self.cluster_id or uuid.uuid4().hex[:22]
+        users = self.security.scram_arguments() if self.security is not None else []
+        command = self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties), *users)
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise DevKafkaError(f"formatting Kafka storage failed:\n{result.stdout}{result.stderr}")
 
     def start(self, timeout: float = 90.0, detach: bool = False) -> None:
         """Start the broker and return once it answers over the Kafka protocol."""
+        self.launch(detach)
+        self.wait_ready(timeout)
+
+    def launch(self, detach: bool = False) -> None:
+        """Start the process without waiting: the nodes of a cluster are ready only once a quorum runs."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        for port in (self.port, self.controller_port):
+        for port in (self.port, self.controller_port, *self.secured_ports.values()):
             if not port_is_free(port):
                 raise DevKafkaError(f"port {port} on 127.0.0.1 is already in use")
         properties = self._write_properties()
@@ -169,7 +215,6 @@ class LocalBroker:
                 stdin=subprocess.DEVNULL,
                 start_new_session=detach,
             )
-        self.wait_ready(timeout)
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 from collections.abc import Iterator
 
 import pytest
 
 from runtime.devkafka import LocalBroker
+from runtime.devkafka.certificates import make_certificates
+from runtime.devkafka.secured import Security
 from tests.support.running import SPAWNED
 from tests.support.schema_registry import LocalRegistry
 
@@ -43,3 +46,17 @@ def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield registry.url
     finally:
         registry.stop()
+
+
+@pytest.fixture(scope="session")
+def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    """A broker with the secured listeners of runtime/devkafka/secured.py, shared by the session's tests: its
+    `security` holds the throwaway CA's files and the users `admin` and `alice` with their passwords."""
+    certificates = make_certificates(tmp_path_factory.mktemp("certificates"))
+    users = {"admin": secrets.token_hex(12), "alice": secrets.token_hex(12)}
+    broker = LocalBroker(data_dir=tmp_path_factory.mktemp("secured-kafka"), security=Security(certificates, users))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from runtime.config.common import Strict
 from runtime.config.kafka_options import option_problems
+from runtime.config.kafka_security import KafkaSecurity
 from runtime.redaction import USERINFO, redact
 
 
@@ -18,6 +19,7 @@ class KafkaConfig(Strict):
     # Static membership (KIP-345): what names this process across restarts (a StatefulSet's ${POD_NAME});
     # each worker of `--workers N` joins as `<it>-<index>`. None: a new member at every start.
     group_instance_id: str | None = Field(default=None, pattern=r"^[a-zA-Z0-9._-]{1,240}$")
+    security: KafkaSecurity = Field(default_factory=KafkaSecurity)
     client: dict[str, Any] = Field(default_factory=dict)
     consumer: dict[str, Any] = Field(default_factory=dict)
     producer: dict[str, Any] = Field(default_factory=dict)
@@ -27,8 +29,8 @@ class KafkaConfig(Strict):
     def _no_credentials(cls, servers: str | None) -> str | None:
         if servers is not None and USERINFO.search(servers):
             raise ValueError(
-                f"'{redact(servers)}' holds credentials; Kafka takes them from kafka.client "
-                "(security_protocol, sasl_mechanism, sasl_plain_username, sasl_plain_password)"
+                f"'{redact(servers)}' holds credentials; Kafka takes them from kafka.security "
+                "(protocol, sasl.mechanism, sasl.username, sasl.password)"
             )
         return servers
 

@@ -41,11 +41,18 @@ RUNTIME_CONTROLLED: dict[str, str] = {
     "transaction_timeout_ms": "set the top-level transaction_timeout_ms instead",
     "group_instance_id": "set kafka.group_instance_id instead: each worker joins with its own index appended",
 }
-# Options that take Python objects, which a YAML file cannot express.
-PYTHON_OBJECTS: dict[str, str] = {
-    "ssl_context": "an ssl.SSLContext",
-    "sasl_oauth_token_provider": "an aiokafka AbstractTokenProvider",
+# How a client reaches a secured cluster: set once for every client, under kafka.security.
+SECURITY: dict[str, str] = {
+    "security_protocol": "kafka.security.protocol",
+    "ssl_context": "kafka.security.tls (ca_file, cert_file, key_file, key_password, check_hostname)",
+    "sasl_mechanism": "kafka.security.sasl.mechanism",
+    "sasl_plain_username": "kafka.security.sasl.username",
+    "sasl_plain_password": "kafka.security.sasl.password",
+    "sasl_oauth_token_provider": "kafka.security.sasl.oauth (token_endpoint, client_id, client_secret, scope)",
+    "sasl_kerberos_service_name": "kafka.security.sasl.kerberos_service_name",
+    "sasl_kerberos_domain_name": "kafka.security.sasl.kerberos_domain_name",
 }
+SECURITY_LIKE = ("ssl_", "sasl_", "tls_")
 
 
 def _parameters(constructor: type) -> dict[str, inspect.Parameter]:
@@ -91,8 +98,10 @@ def option_problems(section: str, options: Mapping[str, Any]) -> Iterator[str]:
         path = f"{section}.{name}"
         if name in RUNTIME_CONTROLLED:
             yield f"{path}: set by the runtime, not in the YAML: {RUNTIME_CONTROLLED[name]}"
-        elif name in PYTHON_OBJECTS:
-            yield f"{path}: takes {PYTHON_OBJECTS[name]}, which YAML cannot express"
+        elif name in SECURITY:
+            yield f"{path}: security is set for every client in one place: set {SECURITY[name]} instead"
+        elif name.startswith(SECURITY_LIKE) and name not in accepted:
+            yield f"{path}: not an option of {_EXPLAINED[section]}; TLS and SASL are set under kafka.security"
         elif name not in accepted:
             yield f"{path}: not an option of {_EXPLAINED[section]}{_suggestion(name, accepted)}"
         else:

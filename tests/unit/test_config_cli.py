@@ -187,8 +187,16 @@ CASES = [
     ),
     Case(
         "unset environment variable in kafka options",
-        set_top(kafka={"bootstrap_servers": UNREACHABLE, "client": {"sasl_plain_password": "${NOPE_SECRET}"}}),
-        expected=(r"kafka\.client\.sasl_plain_password: environment variable NOPE_SECRET is not set",),
+        set_top(
+            kafka={
+                "bootstrap_servers": UNREACHABLE,
+                "security": {
+                    "protocol": "SASL_SSL",
+                    "sasl": {"mechanism": "PLAIN", "username": "u", "password": "${NOPE_SECRET}"},
+                },
+            }
+        ),
+        expected=(r"kafka\.security\.sasl\.password: environment variable NOPE_SECRET is not set",),
     ),
     Case(
         "telemetry exporter not one of the choices",
@@ -347,9 +355,24 @@ CLIENT_CASES = [
         expected=(r"kafka\.producer\.transactional_id: set by the runtime, .*set guarantee",),
     ),
     Case(
-        "an option YAML cannot express",
+        "a security option among the client options",
         set_kafka("client", ssl_context="default"),
-        expected=(r"kafka\.client\.ssl_context: takes an ssl\.SSLContext, which YAML cannot express",),
+        expected=(
+            r"kafka\.client\.ssl_context: security is set for every client in one place: set kafka\.security\.tls",
+        ),
+    ),
+    Case(
+        "a TLS file option aiokafka does not have",
+        set_kafka("client", ssl_cafile="/ca.pem"),
+        expected=(
+            r"kafka\.client\.ssl_cafile: not an option of every aiokafka client; "
+            r"TLS and SASL are set under kafka\.security",
+        ),
+    ),
+    Case(
+        "SASL_SSL named among the client options",
+        set_kafka("client", security_protocol="SASL_SSL"),
+        expected=(r"kafka\.client\.security_protocol: .*set kafka\.security\.protocol instead",),
     ),
     Case(
         "every bad option at once",
@@ -373,8 +396,25 @@ CLIENT_CASES = [
     ),
     Case(
         "SASL without credentials",
-        set_kafka("client", security_protocol="SASL_PLAINTEXT"),
-        expected=(r"kafka\.client: aiokafka's admin client refuses them: sasl_plain_username and sasl_plain_password",),
+        set_top(kafka={"security": {"protocol": "SASL_PLAINTEXT", "sasl": {"mechanism": "SCRAM-SHA-512"}}}),
+        expected=(r"kafka\.security\.sasl: .*SCRAM-SHA-512 needs username and password",),
+    ),
+    Case(
+        "SASL settings on a protocol without SASL",
+        set_top(
+            kafka={"security": {"protocol": "SSL", "sasl": {"mechanism": "PLAIN", "username": "u", "password": "p"}}}
+        ),
+        expected=(r"kafka\.security: .*sasl is for the protocols SASL_PLAINTEXT and SASL_SSL, not SSL",),
+    ),
+    Case(
+        "a CA file that does not exist",
+        set_top(kafka={"security": {"protocol": "SSL", "tls": {"ca_file": "/no/such/ca.pem"}}}),
+        expected=(r"kafka\.security\.tls\.ca_file: Path does not point to a file",),
+    ),
+    Case(
+        "OAUTHBEARER without its endpoint",
+        set_top(kafka={"security": {"protocol": "SASL_SSL", "sasl": {"mechanism": "OAUTHBEARER"}}}),
+        expected=(r"kafka\.security\.sasl: .*OAUTHBEARER takes its tokens from oauth",),
     ),
     Case(
         "max_poll_records that is not a number",

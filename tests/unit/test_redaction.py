@@ -34,7 +34,8 @@ def test_values_of_secret_keys_and_substitutions_are_hidden_once_the_config_is_r
 ) -> None:
     monkeypatch.setenv("REDACTION_TEST_TOKEN", "tok-5f1e9a")
     app = copy.deepcopy(VALID)
-    app["kafka"]["client"] = {"sasl_plain_password": "pw-8c2d41"}
+    sasl = {"mechanism": "PLAIN", "username": "u", "password": "pw-8c2d41"}
+    app["kafka"]["security"] = {"protocol": "SASL_SSL", "sasl": sasl}
     app["processors"][0]["params"] = {"api_key": "key-77ab03", "auth": "${REDACTION_TEST_TOKEN}", "limit": "1000"}
     app["topics"]["out"]["config"] = {"ssl.truststore.password": "ts-93kd02"}
     parse_app(app)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from aiokafka.client import AIOKafkaClient
 from runtime.config import AppConfig, KafkaConfig, load_app
 from runtime.devkafka import managed
 from runtime.kafka.connection import check_clients, configured_bootstrap, resolve_bootstrap
+from runtime.kafka.security import client_security
 from runtime.kafka.topics import describe_partitions
 
 
@@ -31,8 +33,19 @@ class Cluster:
     app: AppConfig | None
     app_path: Path | None
 
+    @cached_property
+    def _security(self) -> dict[str, Any]:
+        """Made once: every client of the command shares one TLS context and one token provider."""
+        return client_security(self.kafka.security)
+
     def _options(self, specific: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-        return {**self.kafka.client, **specific, **overrides, "bootstrap_servers": self.bootstrap_servers}
+        return {
+            **self.kafka.client,
+            **specific,
+            **overrides,
+            **self._security,
+            "bootstrap_servers": self.bootstrap_servers,
+        }
 
     def admin(self) -> AIOKafkaAdminClient:
         return AIOKafkaAdminClient(**self._options({}, {}))

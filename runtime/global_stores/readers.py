@@ -36,9 +36,11 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from runtime.garbage_collection import bulk_allocations
 from runtime.global_stores.changes import ChangeMaker
 from runtime.kafka.aiokafka_internals import replace_consumer_record
+from runtime.kafka.security import client_security
 from stores.sst import write_partition_sst
 
 if TYPE_CHECKING:
+    from runtime.config.kafka_security import KafkaSecurity
     from stores import Change
 
 BATCH_RECORDS = 20_000
@@ -69,6 +71,7 @@ class ReaderJob:
     ranges: Mapping[int, tuple[int, int]]  # partition -> (offset to read from, end offset to read until)
     stores: list[StoreSettings]  # every store reading the topic, in the worker's order
     sst_records: int  # records of a partition gathered into one SST file
+    security: KafkaSecurity  # the consumer's TLS and SASL, made into a context and a token provider by the reader
 
 
 StoreChanges = tuple[int, Sequence["Change"], str | None]
@@ -225,7 +228,7 @@ async def _read(job: ReaderJob, out: IO[bytes]) -> None:
     sender = _Sender(job, out)
     ends = {TopicPartition(job.topic, partition): end for partition, (_, end) in job.ranges.items()}
     chunks = {tp: _Chunk(len(job.stores)) for tp in ends}
-    consumer = AIOKafkaConsumer(**job.consumer)
+    consumer = AIOKafkaConsumer(**job.consumer, **client_security(job.security))
     await consumer.start()
     try:
         consumer.assign(list(ends))

@@ -262,7 +262,7 @@ class GlobalStores:
             for group in plan(ranges, processes):
                 stores = [_reader_settings(store, group) for store in self._readers[group[0]]]
                 group_ranges = {tp.partition: ranges[tp] for tp in group}
-                job = ReaderJob(options, group[0].topic, group_ranges, stores, SST_RECORDS)
+                job = ReaderJob(options, group[0].topic, group_ranges, stores, SST_RECORDS, self._config.kafka.security)
                 readers.append(await ReaderProcess.start(job))
             log.info(
                 "global stores: %d reader processes read %d records",

@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeGuard, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -24,6 +26,7 @@ from aiokafka.errors import (
 
 from runtime.config import AppConfig, ConfigError, Guarantee, KafkaConfig
 from runtime.kafka.outages import OUTAGES
+from runtime.kafka.security import TokenRefused, client_security
 
 log = logging.getLogger(__name__)
 
@@ -39,36 +42,77 @@ class AuthenticationRefused(RuntimeError):
     """Kafka answered, but refused the client's security handshake: retrying cannot help."""
 
 
-# What each refusal means for the app's kafka.client settings.
-AUTHENTICATION_HINTS: dict[type[KafkaError], str] = {
+# What each refusal means for the app's kafka.security settings.
+AUTHENTICATION_HINTS: dict[type[Exception], str] = {
     IllegalSaslStateError: "the listener does not expect SASL: is it PLAINTEXT or SSL while "
-    "kafka.client.security_protocol is SASL_PLAINTEXT or SASL_SSL?",
-    UnsupportedSaslMechanismError: "the listener does not enable kafka.client.sasl_mechanism",
-    SaslAuthenticationFailed: "check kafka.client.sasl_plain_username and sasl_plain_password",
-    AuthenticationFailedError: "check kafka.client.sasl_plain_username and sasl_plain_password",
-    AuthenticationMethodNotSupported: "the listener does not enable kafka.client.sasl_mechanism",
+    "kafka.security.protocol is SASL_PLAINTEXT or SASL_SSL?",
+    UnsupportedSaslMechanismError: "the listener does not enable kafka.security.sasl.mechanism",
+    SaslAuthenticationFailed: "bad credentials: check kafka.security.sasl.username and password",
+    AuthenticationFailedError: "bad credentials: check kafka.security.sasl.username and password",
+    AuthenticationMethodNotSupported: "the listener does not enable kafka.security.sasl.mechanism",
+    TokenRefused: "check kafka.security.sasl.oauth",
+    ssl.SSLCertVerificationError: "the broker's certificate failed verification",
+}
+# The certificate's faults, by OpenSSL's verify code (X509_V_ERR_*): what to do about each.
+CERTIFICATE_HINTS: dict[int, str] = {
+    2: "unknown CA: kafka.security.tls.ca_file (or, when it names none, the system's trust store) does not "
+    "hold the CA that signed it",
+    18: "unknown CA: the certificate is self-signed; name it, or its CA, in kafka.security.tls.ca_file",
+    19: "unknown CA: kafka.security.tls.ca_file (or, when it names none, the system's trust store) does not "
+    "hold the CA that signed it",
+    20: "unknown CA: kafka.security.tls.ca_file (or, when it names none, the system's trust store) does not "
+    "hold the CA that signed it",
+    9: "certificate not yet valid: check this machine's clock",
+    10: "expired certificate: the broker must be given a new one (or this machine's clock is wrong)",
+    62: "hostname mismatch: connect by a name the certificate holds (kafka.bootstrap_servers, the broker's "
+    "advertised listeners)",
+    64: "hostname mismatch: the certificate does not hold this IP address; connect by a name it holds "
+    "(kafka.bootstrap_servers, the broker's advertised listeners)",
 }
 
 
-def _hint(refusal: KafkaError) -> str:
+def _is_refusal(error: object) -> TypeGuard[Exception]:
+    return isinstance(error, tuple(AUTHENTICATION_HINTS))
+
+
+def _hint(refusal: Exception) -> str:
+    if isinstance(refusal, ssl.SSLCertVerificationError):
+        cause = CERTIFICATE_HINTS.get(refusal.verify_code, "check kafka.security.tls")
+        return f"{refusal.verify_message}: {cause}"
     return next(hint for kind, hint in AUTHENTICATION_HINTS.items() if isinstance(refusal, kind))
+
+
+def _describe(refusal: Exception) -> str:
+    """The refusal without what the hint says again (OpenSSL's codes and source lines)."""
+    if isinstance(refusal, ssl.SSLCertVerificationError):
+        return "TLS handshake"
+    return f"authentication ({refusal})"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A broker's refusal of a connection's security, and which broker it was."""
+
+    address: str
+    error: Exception
 
 
 class _ConnectFailures(logging.Handler):
     """aiokafka logs why a bootstrap connection failed and raises a bare "Unable to bootstrap":
-    the cause is only in its log record, so it is taken from there."""
+    the cause is only in its log record, so it is taken from there, with the broker it names."""
 
     def __init__(self) -> None:
         super().__init__(logging.ERROR)
-        self.refusals: list[KafkaError] = []
+        self.refusals: list[Refusal] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         args = record.args if isinstance(record.args, tuple) else ()
-        self.refusals += [arg for arg in args if isinstance(arg, tuple(AUTHENTICATION_HINTS))]
+        address = f"{args[0]}:{args[1]}" if len(args) == 3 else None
+        self.refusals += [Refusal(address or "", arg) for arg in args if _is_refusal(arg)]
 
 
 @contextlib.contextmanager
-def _refusals_logged() -> Iterator[list[KafkaError]]:
+def _refusals_logged() -> Iterator[list[Refusal]]:
     handler = _ConnectFailures()
     client_log = logging.getLogger("aiokafka")
     client_log.addHandler(handler)
@@ -118,6 +162,7 @@ class Clients:
     def __init__(self, config: AppConfig, bootstrap_servers: str):
         self._config = config
         self.bootstrap_servers = bootstrap_servers
+        self._security = client_security(config.kafka.security)
 
     def _options(self, specific: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -128,10 +173,10 @@ class Clients:
         }
 
     def consumer(self, **overrides: Any) -> AIOKafkaConsumer:
-        return AIOKafkaConsumer(**self.consumer_options(**overrides))
+        return AIOKafkaConsumer(**self.consumer_options(**overrides), **self._security)
 
     def group_consumer(self, partitions: int) -> AIOKafkaConsumer:
-        return AIOKafkaConsumer(**self.group_consumer_options(partitions))
+        return AIOKafkaConsumer(**self.group_consumer_options(partitions), **self._security)
 
     def group_consumer_options(self, partitions: int) -> dict[str, Any]:
         """The consumer of the app's group, which may be given all `partitions` of its inputs; its fetch size a
@@ -144,7 +189,8 @@ class Clients:
         return options
 
     def consumer_options(self, **overrides: Any) -> dict[str, Any]:
-        """A consumer's keyword arguments, picklable: a reader process builds the same consumer from them."""
+        """A consumer's keyword arguments but its security, picklable: a reader process builds the same consumer
+        from them and `kafka.security` (runtime/kafka/security.py)."""
         defaults: dict[str, Any] = {
             "group_id": self._config.app_id,
             "enable_auto_commit": False,
@@ -164,10 +210,12 @@ class Clients:
             "max_batch_size": 512 * 1024,
             "client_id": f"{self._config.app_id}-producer",
         }
-        return AIOKafkaProducer(**self._options({**self._config.kafka.producer, **overrides}, defaults))
+        return AIOKafkaProducer(
+            **self._options({**self._config.kafka.producer, **overrides}, defaults), **self._security
+        )
 
     def admin(self) -> AIOKafkaAdminClient:
-        return AIOKafkaAdminClient(**self._options({}, {"client_id": f"{self._config.app_id}-admin"}))
+        return AIOKafkaAdminClient(**self._options({}, {"client_id": f"{self._config.app_id}-admin"}), **self._security)
 
 
 def check_clients(config: AppConfig) -> None:
@@ -206,10 +254,12 @@ async def start_with_retries(what: str, bootstrap: str, start: Callable[[], Awai
             with _refusals_logged() as refusals:
                 return await start()
         except (KafkaConnectionError, KafkaError, OSError) as error:
-            refusal = error if isinstance(error, tuple(AUTHENTICATION_HINTS)) else next(iter(refusals), None)
+            raised = Refusal("", error) if _is_refusal(error) else None
+            refusal = raised or next(iter(refusals), None)
             if refusal is not None:
+                broker = refusal.address or bootstrap
                 raise AuthenticationRefused(
-                    f"Kafka at {bootstrap} refused the {what}'s authentication ({refusal}): {_hint(refusal)}"
+                    f"Kafka at {broker} refused the {what}'s {_describe(refusal.error)}: {_hint(refusal.error)}"
                 ) from error
             if attempt == START_ATTEMPTS:
                 raise BrokerUnavailable(

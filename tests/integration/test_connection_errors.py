@@ -18,11 +18,10 @@ def test_sasl_against_a_plaintext_listener_is_an_authentication_error(
     kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
 ) -> None:
     """The test broker's listener is PLAINTEXT: it refuses the SASL handshake (ILLEGAL_SASL_STATE)."""
-    sasl = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_plain_username": "payments",
-            "sasl_plain_password": "${TEST_KAFKA_PASSWORD}"}  # fmt: skip
+    sasl = {"mechanism": "PLAIN", "username": "payments", "password": "${TEST_KAFKA_PASSWORD}"}
     app = {
         "app_id": topic_name("app"),
-        "kafka": {"bootstrap_servers": kafka_bootstrap, "client": sasl},
+        "kafka": {"bootstrap_servers": kafka_bootstrap, "security": {"protocol": "SASL_PLAINTEXT", "sasl": sasl}},
         "topics": {topic_name("in"): {}},
         "processors": [{"name": "p", "class": "processors:Processor", "inputs": [topic_name("in")]}],
         "state_dir": str(tmp_path / "state"),

@@ -9,6 +9,7 @@ import textwrap
 import pytest
 from aiokafka import TopicPartition
 
+from runtime.config.kafka_security import KafkaSecurity
 from runtime.global_stores.readers import ReaderFailed, ReaderJob, ReaderProcess, StoreSettings, plan
 
 pytestmark = pytest.mark.anyio
@@ -55,7 +56,9 @@ def test_a_reader_takes_records_as_aiokafka_fetched_them() -> None:
 
 
 async def test_a_reader_that_ends_early_says_so() -> None:
-    job = ReaderJob({"no_such_option": 1}, "table", {0: (0, 10)}, [StoreSettings("str", "json", None, {})], 1_000)
+    job = ReaderJob(
+        {"no_such_option": 1}, "table", {0: (0, 10)}, [StoreSettings("str", "json", None, {})], 1_000, KafkaSecurity()
+    )
     reader = await ReaderProcess.start(job)
     try:
         with pytest.raises(ReaderFailed, match=r"the reader of table \[0\] exited with 1"):

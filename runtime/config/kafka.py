@@ -8,8 +8,8 @@ from pydantic import Field, field_validator, model_validator
 
 from runtime.config.common import Strict
 from runtime.config.kafka_options import option_problems
-from runtime.config.kafka_security import KafkaSecurity
 from runtime.redaction import USERINFO, redact
+from stores.kafka_security import KafkaSecurity
 
 
 class KafkaConfig(Strict):

@@ -40,8 +40,8 @@ from runtime.kafka.security import client_security
 from stores.sst import write_partition_sst
 
 if TYPE_CHECKING:
-    from runtime.config.kafka_security import KafkaSecurity
     from stores import Change
+    from stores.kafka_security import KafkaSecurity
 
 BATCH_RECORDS = 20_000
 POLL_MS = 200

@@ -26,7 +26,8 @@ from aiokafka.errors import (
 
 from runtime.config import AppConfig, ConfigError, Guarantee, KafkaConfig
 from runtime.kafka.outages import OUTAGES
-from runtime.kafka.security import TokenRefused, client_security
+from runtime.kafka.security import client_security
+from stores.oauth_tokens import TokenRefused
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ import textwrap
 import pytest
 from aiokafka import TopicPartition
 
-from runtime.config.kafka_security import KafkaSecurity
 from runtime.global_stores.readers import ReaderFailed, ReaderJob, ReaderProcess, StoreSettings, plan
+from stores.kafka_security import KafkaSecurity
 
 pytestmark = pytest.mark.anyio
 

@@ -11,9 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from runtime.config import ConfigError
-from runtime.config.kafka_security import KafkaSecurity, OAuthConfig
 from runtime.devkafka.certificates import Certificates, make_certificates
-from runtime.kafka.security import TOKEN_REFRESH_SHARE, ClientCredentialsTokens, TokenRefused, client_security
+from runtime.kafka.security import client_security
+from stores.kafka_security import KafkaSecurity
+from stores.oauth_tokens import TOKEN_REFRESH_SHARE, ClientCredentialsTokens, TokenRefused
 from tests.support.token_endpoint import token_endpoint
 
 
@@ -60,8 +61,8 @@ def test_a_key_without_its_certificate_is_refused(certificates: Certificates) ->
         KafkaSecurity.model_validate({"protocol": "SSL", "tls": {"key_file": str(certificates.client_key_file)}})
 
 
-def _oauth(url: str, secret: str = "secret-77a1") -> OAuthConfig:
-    return OAuthConfig.model_validate({"token_endpoint": url, "client_id": "app", "client_secret": secret})
+def _provider(url: str, secret: str = "secret-77a1") -> ClientCredentialsTokens:
+    return ClientCredentialsTokens(url, "app", secret, None)
 
 
 async def _tokens(provider: ClientCredentialsTokens, count: int) -> list[str]:
@@ -70,7 +71,7 @@ async def _tokens(provider: ClientCredentialsTokens, count: int) -> list[str]:
 
 def test_a_token_is_fetched_once_and_shared_until_it_is_due_again() -> None:
     with token_endpoint({"app": "secret-77a1"}, lifetime_s=1) as endpoint:
-        provider = ClientCredentialsTokens(_oauth(endpoint.url))
+        provider = _provider(endpoint.url)
         first = asyncio.run(_tokens(provider, 5))
         assert len(set(first)) == 1 and len(endpoint.requests) == 1
         time.sleep(TOKEN_REFRESH_SHARE * 1 + 0.1)  # most of its one second has passed
@@ -81,7 +82,7 @@ def test_a_token_is_fetched_once_and_shared_until_it_is_due_again() -> None:
 
 def test_a_refused_client_is_a_token_refusal_without_the_secret() -> None:
     with token_endpoint({"app": "the-right-secret"}) as endpoint:
-        provider = ClientCredentialsTokens(_oauth(endpoint.url, "a-wrong-secret-19"))
+        provider = _provider(endpoint.url, "a-wrong-secret-19")
         with pytest.raises(TokenRefused) as refused:
             asyncio.run(provider.token())
     assert f"the token endpoint {endpoint.url} refused client app: HTTP 401" in str(refused.value)
@@ -91,6 +92,6 @@ def test_a_refused_client_is_a_token_refusal_without_the_secret() -> None:
 def test_an_unreachable_endpoint_is_a_token_refusal() -> None:
     with token_endpoint({}) as endpoint:
         url = endpoint.url
-    provider = ClientCredentialsTokens(_oauth(url))  # the server is gone: its port refuses
+    provider = _provider(url)  # the server is gone: its port refuses
     with pytest.raises(TokenRefused, match="could not be reached"):
         asyncio.run(provider.token())

@@ -1,17 +1,29 @@
-"""`kafka.security`: how every client of the app reaches a secured cluster (TLS, SASL, OAUTHBEARER).
+"""How a client reaches a secured cluster (TLS, SASL, OAUTHBEARER): the app YAML's `kafka.security`, shared
+by the engine's clients and the Spark jobs', and made into aiokafka's options.
 
 aiokafka takes TLS as an `ssl.SSLContext` and OAUTHBEARER as a token provider object, which YAML
-cannot express: this section says what they are made from, and `runtime/kafka/security.py` makes
-them, once, for every client the runtime builds.
+cannot express: these settings say what they are made from, and `aiokafka_options` makes them. The
+context and the provider are objects no process can be handed in a pickle, so a process that needs
+a client (a global store's reader) is given the settings and makes its own.
 """
 
 from __future__ import annotations
 
+import ssl
 from enum import StrEnum
+from typing import Any
 
-from pydantic import FilePath, HttpUrl, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, FilePath, HttpUrl, SecretStr, model_validator
 
-from runtime.config.common import Strict
+from stores.oauth_tokens import ClientCredentialsTokens
+
+
+class TlsFilesRefused(ValueError):
+    """A CA file, client certificate or key that cannot be loaded (not PEM, or the wrong key password)."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Protocol(StrEnum):
@@ -110,3 +122,47 @@ class KafkaSecurity(Strict):
         if self.sasl is not None and not self.protocol.uses_sasl:
             raise ValueError(f"sasl is for the protocols SASL_PLAINTEXT and SASL_SSL, not {self.protocol}")
         return self
+
+
+def aiokafka_options(security: KafkaSecurity) -> dict[str, Any]:
+    """The keyword arguments every aiokafka client gets for `security`."""
+    options: dict[str, Any] = {"security_protocol": security.protocol.value}
+    if security.protocol.uses_tls:
+        options["ssl_context"] = ssl_context(security.tls or TlsConfig())
+    sasl = security.sasl
+    if sasl is not None:
+        options["sasl_mechanism"] = sasl.mechanism.value
+        if sasl.mechanism is Mechanism.OAUTHBEARER:
+            assert sasl.oauth is not None  # the model requires it
+            oauth = sasl.oauth
+            options["sasl_oauth_token_provider"] = ClientCredentialsTokens(
+                str(oauth.token_endpoint), oauth.client_id, oauth.client_secret.get_secret_value(), oauth.scope
+            )
+        elif sasl.mechanism is Mechanism.GSSAPI:
+            options["sasl_kerberos_service_name"] = sasl.kerberos_service_name
+            options["sasl_kerberos_domain_name"] = sasl.kerberos_domain_name
+        else:
+            assert sasl.password is not None  # the model requires it
+            options["sasl_plain_username"] = sasl.username
+            options["sasl_plain_password"] = sasl.password.get_secret_value()
+    return options
+
+
+def ssl_context(tls: TlsConfig) -> ssl.SSLContext:
+    """Verifies the broker's certificate against `ca_file` (else the system's trust store) and, unless
+    `check_hostname` is off, that it is for the host connected to; presents the client certificate if any."""
+    try:
+        context = ssl.create_default_context(cafile=str(tls.ca_file) if tls.ca_file else None)
+    except ssl.SSLError as error:
+        raise TlsFilesRefused(f"tls.ca_file: {tls.ca_file} holds no CA certificate ({error.reason})") from None
+    context.check_hostname = tls.check_hostname
+    if tls.cert_file is not None:
+        password = tls.key_password.get_secret_value() if tls.key_password else None
+        try:
+            context.load_cert_chain(str(tls.cert_file), str(tls.key_file) if tls.key_file else None, password)
+        except ssl.SSLError as error:
+            raise TlsFilesRefused(
+                f"tls: the client certificate {tls.cert_file} and its key cannot be loaded "
+                f"({error.reason}): is key_file its key, and key_password the key's password?"
+            ) from None
+    return context

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
-from typing import get_args
+from typing import Any, get_args
 
+from pydantic import ValidationError
+
+from stores.kafka_security import KafkaSecurity, Mechanism, Protocol
 from stores.layout import StoreKind
 from stores.replication import BROKER_DEFAULT
 from stores.snapshot import SnapshotError
+
+# The secrets of --security-protocol's settings: from the environment, never on a command line `ps` shows.
+SECRET_VARIABLES = {
+    "KAFKA_SASL_PASSWORD": "the SASL password of --sasl-username",
+    "KAFKA_KEY_PASSWORD": "the password of --key-file, when the key is encrypted",
+    "KAFKA_OAUTH_CLIENT_SECRET": "the client secret of --oauth-client-id",
+}
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +31,67 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--value-serde", default="msgpack")
     parser.add_argument("--out", required=True, help="the snapshot directory; must be absent or empty")
     parser.add_argument("--master", default=None, help="e.g. local[2]; default: spark-submit's or local[*]")
+
+
+def _kafka_security(parser: argparse.ArgumentParser) -> None:
+    """How the job reaches a secured cluster: the fields of the app YAML's `kafka.security`, as options."""
+    group = parser.add_argument_group(
+        "Kafka security",
+        "as the app YAML's kafka.security (docs/configuration.md); secrets from the environment: "
+        + ", ".join(f"{name} ({what})" for name, what in SECRET_VARIABLES.items()),
+    )
+    group.add_argument(
+        "--security-protocol", choices=[p.value for p in Protocol], default="PLAINTEXT", help="kafka.security.protocol"
+    )
+    group.add_argument("--ca-file", help="kafka.security.tls.ca_file (PEM; default: the system's trust store)")
+    group.add_argument("--cert-file", help="kafka.security.tls.cert_file: a client certificate for mutual TLS (PEM)")
+    group.add_argument("--key-file", help="kafka.security.tls.key_file: its key (PKCS#8 PEM)")
+    group.add_argument("--sasl-mechanism", choices=[m.value for m in Mechanism], help="kafka.security.sasl.mechanism")
+    group.add_argument("--sasl-username", help="kafka.security.sasl.username (its password: KAFKA_SASL_PASSWORD)")
+    group.add_argument("--oauth-token-endpoint", help="kafka.security.sasl.oauth.token_endpoint, for OAUTHBEARER")
+    group.add_argument(
+        "--oauth-client-id", help="kafka.security.sasl.oauth.client_id (its secret: KAFKA_OAUTH_CLIENT_SECRET)"
+    )
+    group.add_argument("--oauth-scope", help="kafka.security.sasl.oauth.scope")
+
+
+def _present(fields: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def security_of(args: argparse.Namespace) -> KafkaSecurity:
+    """The options, and the secrets from the environment, as the `kafka.security` they stand for."""
+    tls = _present(
+        {
+            "ca_file": args.ca_file,
+            "cert_file": args.cert_file,
+            "key_file": args.key_file,
+            "key_password": os.environ.get("KAFKA_KEY_PASSWORD") if args.cert_file else None,
+        }
+    )
+    oauth = (
+        _present(
+            {
+                "token_endpoint": args.oauth_token_endpoint,
+                "client_id": args.oauth_client_id,
+                "client_secret": os.environ.get("KAFKA_OAUTH_CLIENT_SECRET"),
+                "scope": args.oauth_scope,
+            }
+        )
+        if args.sasl_mechanism == Mechanism.OAUTHBEARER
+        else {}
+    )
+    sasl = _present(
+        {
+            "mechanism": args.sasl_mechanism,
+            "username": args.sasl_username,
+            "password": os.environ.get("KAFKA_SASL_PASSWORD") if args.sasl_username else None,
+            "oauth": oauth or None,
+        }
+    )
+    return KafkaSecurity.model_validate(
+        _present({"protocol": args.security_protocol, "tls": tls or None, "sasl": sasl or None})
+    )
 
 
 def _options(pairs: Sequence[str], flag: str = "--option") -> dict[str, str]:
@@ -71,12 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     boot.add_argument("--bootstrap-servers", help="Kafka, for --topic-offsets and --seed-changelog")
     _common(boot)
+    _kafka_security(boot)
 
     snap = commands.add_parser("snapshot", help="build a store snapshot from its changelog topic")
     snap.add_argument("--bootstrap-servers", required=True)
     snap.add_argument("--topic", required=True, help="the store's changelog topic")
     snap.add_argument("--kind", choices=get_args(StoreKind), default="key_value", help="stores.<name>.kind in the YAML")
     _common(snap)
+    _kafka_security(snap)
     return parser
 
 
@@ -92,6 +166,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from stores.spark.session import spark_session
 
     try:
+        try:
+            security = security_of(args)
+        except ValidationError as error:  # its own text would show the values, secrets among them
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'kafka.security'}: {e['msg']}" for e in error.errors()
+            )
+            raise ValueError(f"the Kafka security options: {problems}") from None
         if args.command == "bootstrap":
             from stores.spark.bootstrap import ChangelogSeed, bootstrap, read_source
 
@@ -112,7 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from stores.spark.snapshot import changelog_end_offsets
 
                 # Before the source is read: the data then holds at least what the topic held.
-                topic_offsets = (args.topic_offsets, changelog_end_offsets(args.bootstrap_servers, args.topic_offsets))
+                topic_offsets = (
+                    args.topic_offsets,
+                    changelog_end_offsets(args.bootstrap_servers, args.topic_offsets, security),
+                )
                 if len(topic_offsets[1]) != args.partitions:
                     raise ValueError(
                         f"topic {args.topic_offsets} has {len(topic_offsets[1])} partitions, "
@@ -134,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     out=args.out,
                     topic_offsets=topic_offsets,
                     seed=seed,
+                    security=security,
                 )
             finally:
                 spark.stop()
@@ -163,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     value_serde=args.value_serde,
                     out=args.out,
                     kind=args.kind,
+                    security=security,
                 )
             finally:
                 spark.stop()

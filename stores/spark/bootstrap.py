@@ -18,11 +18,13 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from stores.kafka_security import KafkaSecurity, aiokafka_options
 from stores.replication import BROKER_DEFAULT, ReplicationFactors
 from stores.serdes import resolve_serde
 from stores.snapshot import Manifest, SnapshotError, finish_snapshot
+from stores.spark.kafka_options import spark_kafka_options
 from stores.spark.partitioning import KeyValue, place_and_sort, write_ssts
-from stores.spark.snapshot import changelog_end_offsets
+from stores.spark.snapshot import PLAINTEXT, changelog_end_offsets
 
 SOURCES = ("parquet", "csv", "json", "jdbc")
 
@@ -85,6 +87,7 @@ def bootstrap(
     out: str | os.PathLike[str],
     topic_offsets: tuple[str, dict[int, int]] | None = None,
     seed: ChangelogSeed | None = None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> BootstrapResult:
     """`value_columns=None` stores every non-key column, as a dict. A repeated key fails the job.
 
@@ -95,6 +98,7 @@ def bootstrap(
     `seed`, a changelog and its cluster, also writes the rows into the store's changelog,
     which must be empty, so the changelog stays the full truth (a later changelog snapshot, or a
     restore without snapshots, then has every bootstrapped key); the manifest covers those records.
+    `security` is how the job reaches that cluster.
     """
     out_dir = Path(out)
     if (out_dir / "manifest.json").exists() or (out_dir.exists() and any(out_dir.iterdir())):
@@ -119,12 +123,12 @@ def bootstrap(
     out_dir.mkdir(parents=True, exist_ok=True)
     placed = place_and_sort(pairs, partitions)
     if seed is not None:
-        empty_changelog(seed, partitions)
+        empty_changelog(seed, partitions, security)
         placed = placed.cache()  # written twice: SSTs and changelog
     try:
         written = write_ssts(placed, out_dir)
         if seed is not None:
-            topic_offsets = (seed.topic, seed_changelog(spark, placed, seed.bootstrap_servers, seed.topic))
+            topic_offsets = (seed.topic, seed_changelog(spark, placed, seed.bootstrap_servers, seed.topic, security))
     except Exception:
         shutil.rmtree(out_dir, ignore_errors=True)
         raise
@@ -142,23 +146,26 @@ def bootstrap(
     return BootstrapResult(rows_read=rows_read.value, rows_written=sum(manifest.row_counts.values()), manifest=manifest)
 
 
-def empty_changelog(seed: ChangelogSeed, partitions: int) -> None:
+def empty_changelog(seed: ChangelogSeed, partitions: int, security: KafkaSecurity = PLAINTEXT) -> None:
     """Creates the changelog (compacted) if missing; refuses one with records: the snapshot's offsets
     would claim them, and their keys are not in the bulk data."""
-    asyncio.run(_ensure_topic(seed, partitions))
-    ends = changelog_end_offsets(seed.bootstrap_servers, seed.topic)
+    asyncio.run(_ensure_topic(seed, partitions, security))
+    ends = changelog_end_offsets(seed.bootstrap_servers, seed.topic, security)
     if len(ends) != partitions:
         raise SnapshotError(f"changelog {seed.topic} has {len(ends)} partitions, expected {partitions}")
     if any(ends.values()):
         raise SnapshotError(f"changelog {seed.topic} already has records (end offsets {ends}): seed only an empty one")
 
 
-def seed_changelog(spark: Any, placed: Any, bootstrap_servers: str, topic: str) -> dict[int, int]:
+def seed_changelog(
+    spark: Any, placed: Any, bootstrap_servers: str, topic: str, security: KafkaSecurity = PLAINTEXT
+) -> dict[int, int]:
     """Each row into its partition of the changelog (Spark's Kafka sink); the end offsets after them."""
     rows = placed.mapPartitionsWithIndex(_with_partition)
     frame = spark.createDataFrame(rows, "partition INT, key BINARY, value BINARY")
-    frame.write.format("kafka").option("kafka.bootstrap.servers", bootstrap_servers).option("topic", topic).save()
-    return changelog_end_offsets(bootstrap_servers, topic)
+    writer = frame.write.format("kafka").options(**spark_kafka_options(security))
+    writer.option("kafka.bootstrap.servers", bootstrap_servers).option("topic", topic).save()
+    return changelog_end_offsets(bootstrap_servers, topic, security)
 
 
 def _with_partition(index: int, pairs: Iterator[KeyValue]) -> Iterator[tuple[int, bytes, bytes]]:
@@ -166,9 +173,9 @@ def _with_partition(index: int, pairs: Iterator[KeyValue]) -> Iterator[tuple[int
         yield index, bytes(key), bytes(value)
 
 
-async def _ensure_topic(seed: ChangelogSeed, partitions: int) -> None:
+async def _ensure_topic(seed: ChangelogSeed, partitions: int, security: KafkaSecurity) -> None:
     topic = seed.topic
-    admin = AIOKafkaAdminClient(bootstrap_servers=seed.bootstrap_servers)
+    admin = AIOKafkaAdminClient(bootstrap_servers=seed.bootstrap_servers, **aiokafka_options(security))
     await admin.start()
     try:
         described: list[dict[str, Any]] = await admin.describe_topics([topic])

@@ -18,9 +18,13 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from stores.kafka_security import KafkaSecurity, aiokafka_options
 from stores.layout import StoreKind
 from stores.snapshot import Manifest, SnapshotError, SnapshotMismatch, finish_snapshot
+from stores.spark.kafka_options import spark_kafka_options
 from stores.spark.partitioning import write_ssts
+
+PLAINTEXT = KafkaSecurity()
 
 
 @dataclass(frozen=True)
@@ -30,8 +34,8 @@ class SnapshotResult:
     manifest: Manifest
 
 
-async def _partition_count(bootstrap_servers: str, topic: str) -> int:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+async def _partition_count(bootstrap_servers: str, topic: str, security: KafkaSecurity) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, **aiokafka_options(security))
     await admin.start()
     try:
         described: list[dict[str, Any]] = await admin.describe_topics([topic])
@@ -43,10 +47,13 @@ async def _partition_count(bootstrap_servers: str, topic: str) -> int:
     raise SnapshotError(f"changelog topic {topic} does not exist or has no partitions")
 
 
-async def _end_offsets(bootstrap_servers: str, topic: str) -> dict[int, int]:
-    partitions = await _partition_count(bootstrap_servers, topic)
+async def _end_offsets(bootstrap_servers: str, topic: str, security: KafkaSecurity) -> dict[int, int]:
+    partitions = await _partition_count(bootstrap_servers, topic, security)
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers, isolation_level="read_committed", enable_auto_commit=False
+        bootstrap_servers=bootstrap_servers,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        **aiokafka_options(security),
     )
     await consumer.start()
     try:
@@ -56,15 +63,18 @@ async def _end_offsets(bootstrap_servers: str, topic: str) -> dict[int, int]:
         await consumer.stop()
 
 
-def changelog_end_offsets(bootstrap_servers: str, topic: str) -> dict[int, int]:
+def changelog_end_offsets(bootstrap_servers: str, topic: str, security: KafkaSecurity = PLAINTEXT) -> dict[int, int]:
     """The next offset of each partition a read_committed consumer would stop at now."""
-    return asyncio.run(_end_offsets(bootstrap_servers, topic))
+    return asyncio.run(_end_offsets(bootstrap_servers, topic, security))
 
 
-def read_changelog(spark: Any, bootstrap_servers: str, topic: str, end_offsets: dict[int, int]) -> Any:
+def read_changelog(
+    spark: Any, bootstrap_servers: str, topic: str, end_offsets: dict[int, int], security: KafkaSecurity = PLAINTEXT
+) -> Any:
     """The committed records of every partition from the earliest offset up to `end_offsets`."""
     return (
         spark.read.format("kafka")
+        .options(**spark_kafka_options(security))
         .option("kafka.bootstrap.servers", bootstrap_servers)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
@@ -104,16 +114,17 @@ def snapshot(
     value_serde: str,
     out: str | os.PathLike[str],
     kind: StoreKind = "key_value",
+    security: KafkaSecurity = PLAINTEXT,
 ) -> SnapshotResult:
     """The records are copied as they are: a window or session store's keys keep their layout, and
     `kind` goes into the manifest, so the runtime ingests the snapshot only into a store of that kind."""
     out_dir = Path(out)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise SnapshotError(f"output directory {out_dir} is not empty")
-    end_offsets = changelog_end_offsets(bootstrap_servers, topic)
+    end_offsets = changelog_end_offsets(bootstrap_servers, topic, security)
     if len(end_offsets) != partitions:
         raise SnapshotMismatch(f"changelog {topic} has {len(end_offsets)} partitions, expected partitions={partitions}")
-    records = read_changelog(spark, bootstrap_servers, topic, end_offsets).cache()
+    records = read_changelog(spark, bootstrap_servers, topic, end_offsets, security).cache()
     records_read = records.count()
     placed = latest_values(records).repartitionAndSortWithinPartitions(
         partitions, partitionFunc=_changelog_partition, ascending=True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import msgpack
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from runtime.devkafka import LocalBroker
 from runtime.worker.worker import Worker
 from stores import BufferedKeyValueStore, ReadOnlyView
 from stores.partitioner import partition_for
@@ -286,3 +288,43 @@ def test_bootstrap_can_seed_the_changelog(
 
     # A changelog with records is not seeded again: the snapshot would claim records it does not hold.
     assert main([*arguments, "--out", str(tmp_path / "second")]) == 1
+
+
+@pytest.mark.parametrize("listener", ["SASL_SSL", "MTLS"])
+def test_the_snapshot_job_reads_a_changelog_over_a_secured_listener(
+    spark: Any,
+    secured_kafka: LocalBroker,
+    topic_name: TopicNamer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    listener: str,
+) -> None:
+    """The job's own clients (end offsets) and Spark's Kafka source both take the security options."""
+    assert secured_kafka.security is not None
+    certificates = secured_kafka.security.certificates
+    changelog = topic_name("changelog")
+    anyio.run(create_topic, secured_kafka.bootstrap_servers, changelog)
+    pairs = [(msgpack.packb(f"k{n % 4}"), msgpack.packb(n)) for n in range(10)]
+    anyio.run(produce, secured_kafka.bootstrap_servers, changelog, pairs)
+    if listener == "SASL_SSL":
+        monkeypatch.setenv("KAFKA_SASL_PASSWORD", secured_kafka.security.users["alice"])
+        security = ["--security-protocol=SASL_SSL", "--sasl-mechanism=SCRAM-SHA-512", "--sasl-username=alice"]
+    else:
+        password = certificates.client_key_password
+        monkeypatch.setenv("KAFKA_KEY_PASSWORD", password)
+        java_key = tmp_path / "client-pbe-sha1-3des.key"  # Java 17 cannot decrypt OpenSSL 3's default PBES2
+        subprocess.run(
+            ["openssl", "pkcs8", "-topk8", "-v1", "PBE-SHA1-3DES", "-in", str(certificates.client_key_file),
+             "-passin", f"pass:{password}", "-passout", f"pass:{password}", "-out", str(java_key)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        security = ["--security-protocol=SSL", f"--cert-file={certificates.client_cert_file}", f"--key-file={java_key}"]
+    out = tmp_path / "snapshot"
+    code = main([
+        "snapshot", f"--bootstrap-servers={secured_kafka.address(listener)}", f"--topic={changelog}",
+        "--app=secured", "--store=counts", "--partitions=1", f"--out={out}", "--master=local[2]",
+        f"--ca-file={certificates.ca_file}", *security,
+    ])  # fmt: skip
+    assert code == 0
+    manifest = read_manifest(out)
+    assert (manifest.changelog_offsets, sum(manifest.row_counts.values())) == ({0: 10}, 4)

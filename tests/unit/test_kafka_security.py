@@ -4,6 +4,7 @@ fetched from a real (local) token endpoint and kept until most of their lifetime
 from __future__ import annotations
 
 import asyncio
+import pickle
 import ssl
 import time
 
@@ -95,3 +96,17 @@ def test_an_unreachable_endpoint_is_a_token_refusal() -> None:
     provider = _provider(url)  # the server is gone: its port refuses
     with pytest.raises(TokenRefused, match="could not be reached"):
         asyncio.run(provider.token())
+
+
+def test_the_settings_reach_a_reader_process_in_a_pickle_and_make_its_context_there(
+    certificates: Certificates,
+) -> None:
+    """A global store's reader is handed the settings, not the context (which no pickle can carry)."""
+    security = KafkaSecurity.model_validate({
+        "protocol": "SASL_SSL",
+        "tls": {"ca_file": str(certificates.ca_file)},
+        "sasl": {"mechanism": "SCRAM-SHA-256", "username": "alice", "password": "pw-0d9c"},
+    })  # fmt: skip
+    carried = pickle.loads(pickle.dumps(security))
+    assert carried == security
+    assert client_security(carried)["sasl_plain_password"] == "pw-0d9c"

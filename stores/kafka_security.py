@@ -154,15 +154,17 @@ def ssl_context(tls: TlsConfig) -> ssl.SSLContext:
     try:
         context = ssl.create_default_context(cafile=str(tls.ca_file) if tls.ca_file else None)
     except ssl.SSLError as error:
-        raise TlsFilesRefused(f"tls.ca_file: {tls.ca_file} holds no CA certificate ({error.reason})") from None
+        reason = f" ({error.reason})" if error.reason else ""
+        raise TlsFilesRefused(f"tls.ca_file: {tls.ca_file} holds no CA certificate{reason}") from None
     context.check_hostname = tls.check_hostname
     if tls.cert_file is not None:
         password = tls.key_password.get_secret_value() if tls.key_password else None
         try:
             context.load_cert_chain(str(tls.cert_file), str(tls.key_file) if tls.key_file else None, password)
         except ssl.SSLError as error:
+            reason = f" ({error.reason})" if error.reason else ""
             raise TlsFilesRefused(
-                f"tls: the client certificate {tls.cert_file} and its key cannot be loaded "
-                f"({error.reason}): is key_file its key, and key_password the key's password?"
+                f"tls: the client certificate {tls.cert_file} and its key cannot be loaded{reason}: "
+                "is key_file its key, and key_password the key's password?"
             ) from None
     return context

@@ -6,28 +6,21 @@ import asyncio
 import contextlib
 import logging
 import os
-import ssl
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import (
-    AuthenticationFailedError,
-    AuthenticationMethodNotSupported,
-    IllegalSaslStateError,
     KafkaConnectionError,
     KafkaError,
-    SaslAuthenticationFailed,
-    UnsupportedSaslMechanismError,
 )
 
 from runtime.config import AppConfig, ConfigError, Guarantee, KafkaConfig
 from runtime.kafka.outages import OUTAGES
+from runtime.kafka.refusals import REPORTED, Refusal, describe, hint, is_refusal
 from runtime.kafka.security import client_security
-from stores.oauth_tokens import TokenRefused
 
 log = logging.getLogger(__name__)
 
@@ -43,61 +36,6 @@ class AuthenticationRefused(RuntimeError):
     """Kafka answered, but refused the client's security handshake: retrying cannot help."""
 
 
-# What each refusal means for the app's kafka.security settings.
-AUTHENTICATION_HINTS: dict[type[Exception], str] = {
-    IllegalSaslStateError: "the listener does not expect SASL: is it PLAINTEXT or SSL while "
-    "kafka.security.protocol is SASL_PLAINTEXT or SASL_SSL?",
-    UnsupportedSaslMechanismError: "the listener does not enable kafka.security.sasl.mechanism",
-    SaslAuthenticationFailed: "bad credentials: check kafka.security.sasl.username and password",
-    AuthenticationFailedError: "bad credentials: check kafka.security.sasl.username and password",
-    AuthenticationMethodNotSupported: "the listener does not enable kafka.security.sasl.mechanism",
-    TokenRefused: "check kafka.security.sasl.oauth",
-    ssl.SSLCertVerificationError: "the broker's certificate failed verification",
-}
-# The certificate's faults, by OpenSSL's verify code (X509_V_ERR_*): what to do about each.
-CERTIFICATE_HINTS: dict[int, str] = {
-    2: "unknown CA: kafka.security.tls.ca_file (or, when it names none, the system's trust store) does not "
-    "hold the CA that signed it",
-    18: "unknown CA: the certificate is self-signed; name it, or its CA, in kafka.security.tls.ca_file",
-    19: "unknown CA: kafka.security.tls.ca_file (or, when it names none, the system's trust store) does not "
-    "hold the CA that signed it",
-    20: "unknown CA: kafka.security.tls.ca_file (or, when it names none, the system's trust store) does not "
-    "hold the CA that signed it",
-    9: "certificate not yet valid: check this machine's clock",
-    10: "expired certificate: the broker must be given a new one (or this machine's clock is wrong)",
-    62: "hostname mismatch: connect by a name the certificate holds (kafka.bootstrap_servers, the broker's "
-    "advertised listeners)",
-    64: "hostname mismatch: the certificate does not hold this IP address; connect by a name it holds "
-    "(kafka.bootstrap_servers, the broker's advertised listeners)",
-}
-
-
-def _is_refusal(error: object) -> TypeGuard[Exception]:
-    return isinstance(error, tuple(AUTHENTICATION_HINTS))
-
-
-def _hint(refusal: Exception) -> str:
-    if isinstance(refusal, ssl.SSLCertVerificationError):
-        cause = CERTIFICATE_HINTS.get(refusal.verify_code, "check kafka.security.tls")
-        return f"{refusal.verify_message}: {cause}"
-    return next(hint for kind, hint in AUTHENTICATION_HINTS.items() if isinstance(refusal, kind))
-
-
-def _describe(refusal: Exception) -> str:
-    """The refusal without what the hint says again (OpenSSL's codes and source lines)."""
-    if isinstance(refusal, ssl.SSLCertVerificationError):
-        return "TLS handshake"
-    return f"authentication ({refusal})"
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """A broker's refusal of a connection's security, and which broker it was."""
-
-    address: str
-    error: Exception
-
-
 class _ConnectFailures(logging.Handler):
     """aiokafka logs why a bootstrap connection failed and raises a bare "Unable to bootstrap":
     the cause is only in its log record, so it is taken from there, with the broker it names."""
@@ -109,7 +47,10 @@ class _ConnectFailures(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         args = record.args if isinstance(record.args, tuple) else ()
         address = f"{args[0]}:{args[1]}" if len(args) == 3 else None
-        self.refusals += [Refusal(address or "", arg) for arg in args if _is_refusal(arg)]
+        found = [Refusal(address or "", arg) for arg in args if is_refusal(arg)]
+        if found:
+            setattr(record, REPORTED, True)  # the runtime reports it as its error: no outage, no second line
+        self.refusals += found
 
 
 @contextlib.contextmanager
@@ -255,12 +196,12 @@ async def start_with_retries(what: str, bootstrap: str, start: Callable[[], Awai
             with _refusals_logged() as refusals:
                 return await start()
         except (KafkaConnectionError, KafkaError, OSError) as error:
-            raised = Refusal("", error) if _is_refusal(error) else None
+            raised = Refusal("", error) if is_refusal(error) else None
             refusal = raised or next(iter(refusals), None)
             if refusal is not None:
                 broker = refusal.address or bootstrap
                 raise AuthenticationRefused(
-                    f"Kafka at {broker} refused the {what}'s {_describe(refusal.error)}: {_hint(refusal.error)}"
+                    f"Kafka at {broker} refused the {what}'s {describe(refusal.error)}: {hint(refusal.error)}"
                 ) from error
             if attempt == START_ATTEMPTS:
                 raise BrokerUnavailable(

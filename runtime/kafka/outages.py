@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from runtime.counters import Counters
+from runtime.kafka.refusals import REPORTED, is_refusal
 
 log = logging.getLogger("runtime.kafka")
 
@@ -64,6 +65,9 @@ class Outages(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not record.name.startswith("aiokafka") or record.levelno < logging.WARNING:
             return True
+        args = record.args if isinstance(record.args, tuple) else ()
+        if any(is_refusal(arg) for arg in args):  # Kafka answered: not an outage
+            return not getattr(record, REPORTED, False)
         message = record.getMessage()
         error = next((kind for kind in FOLDED if message.startswith(kind)), None)
         if error is None or record.levelno < logging.ERROR:

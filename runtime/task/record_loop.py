@@ -217,7 +217,7 @@ class RecordLoop:
             self._services.counters.processed += 1
 
     def decode(self, tp: TopicPartition, raw: Any) -> Record | None:
-        """One record decoded, for every path but the plain loop, which does it inline: one that cannot be
+        """One record decoded, for every path but the loop, which does it inline: one that cannot be
         decoded goes to the deserialization policy, and None is returned (the caller counts its offset as
         done)."""
         return self._decoders[tp.topic](raw)
@@ -261,7 +261,7 @@ class RecordLoop:
             context.trace_fields, context.source, context.output_time = UNTRACED, None, None
 
     def _advance_stream_time(self, raw: Any, timestamp: int) -> bool:
-        """As the plain loop does inline: a record's time moves stream time on, unless it is too far ahead
+        """As the loop does inline: a record's time moves stream time on, unless it is too far ahead
         (then the record goes to the deserialization policy, and False is returned); one that brings a
         stream-time punctuation due ends the batch after it."""
         context = self._context
@@ -279,7 +279,7 @@ class RecordLoop:
         return True
 
     def _process_one(self, raw: Any, record: Record, decision: TraceDecision, context: TaskContext) -> Outcome:
-        """The step every path but the plain loop takes for a decoded record: processed in a span when the
+        """The step every path but the loop takes for a decoded record: processed in a span when the
         tracer sampled it (about one in a hundred at a 1% ratio), else with the trace context its outputs
         carry, its processing time measured when metrics are on. 1 when it was processed; 0 when it raised,
         its outputs dropped and the processing policy applied (under `fail`, that raises).

@@ -1,7 +1,7 @@
 """The task actor without a broker: its per-record loops, its turn and its punctuations.
 
-Every loop test runs with telemetry off (`RecordLoop.process`) and on (its observed loop, with
-each record traced, each span dropped, or metrics only), so the two loops cannot drift apart.
+Every loop test runs with telemetry off and on (each record traced, each span dropped, or metrics
+only): `RecordLoop.process` takes both, and a sampled record leaves it for the shared step.
 """
 
 from __future__ import annotations

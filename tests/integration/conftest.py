@@ -11,6 +11,7 @@ import pytest
 
 from runtime.devkafka import LocalBroker
 from runtime.devkafka.certificates import make_certificates
+from runtime.devkafka.cluster import LocalCluster
 from runtime.devkafka.secured import Security
 from tests.support.running import SPAWNED
 from tests.support.schema_registry import LocalRegistry
@@ -35,6 +36,18 @@ def private_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBr
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Three brokers on 127.0.0.1 (PLAINTEXT), each a voter of the KRaft quorum, for the tests of one module:
+    they may kill, stop, wipe and restart its nodes, as long as each test leaves every node running."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("kafka-cluster"), size=3)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -92,6 +92,19 @@ class SlowCountPerKey(CountPerKey):
         super().process(record, ctx)
 
 
+class PacedCountPerKey(CountPerKey):
+    """CountPerKey that sleeps `params.sleep_ms` before each record: a steady pace whatever the machine's
+    speed, so that a backlog of known size keeps each task busy for a known time."""
+
+    def init(self, ctx: Context) -> None:
+        super().init(ctx)
+        self.sleep_s = float(ctx.params["sleep_ms"]) / 1000
+
+    async def process(self, record: Record, ctx: Context) -> None:  # type: ignore[override]
+        await asyncio.sleep(self.sleep_s)
+        super().process(record, ctx)
+
+
 class AwaitingCountPerKey(CountPerKey):
     """CountPerKey that first awaits a lookup of a random 0 to `params.max_wait_ms` (default 4) ms, and
     raises on values marked bad: for processors with concurrency, whose records overlap while they wait.

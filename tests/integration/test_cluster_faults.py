@@ -1,0 +1,102 @@
+"""Exactly-once on three brokers through broker faults: the leader of the app's partitions killed (-9) twice,
+then a broker wiped and restarted empty, while one worker counts a backlog with a RocksDB store. Every topic
+has 3 replicas and needs 2 in sync, the app's changelog too (`internal_topics`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from pathlib import Path
+from subprocess import Popen
+
+import pytest
+from aiokafka.errors import KafkaError
+
+from runtime.devkafka.cluster import LocalCluster
+from tests.conftest import TopicNamer
+from tests.integration.test_exactly_once import assert_exactly_once, wait_exit
+from tests.integration.test_state import counting_app
+from tests.support.broker_faults import (
+    create_replicated,
+    kill,
+    leading_most,
+    node,
+    partition_states,
+    until_fully_replicated,
+    wipe,
+)
+from tests.support.kafka_helpers import committed_offsets, produce
+from tests.support.running import numbered, read_log, spawn_worker, write_app
+
+pytestmark = pytest.mark.anyio
+log = logging.getLogger(__name__)
+
+PARTITIONS = 4
+TWO_IN_SYNC = {"min.insync.replicas": "2"}
+# Records produced before each fault: at 20 records/s per task (PacedCountPerKey, 50 ms each) the worker is
+# still working through them when the fault lands, and the last of them are done seconds after the wipe.
+CHUNK = 1000
+
+
+async def committed_total(bootstrap: str, group: str) -> int | None:
+    """The input records the group has committed; None while its coordinator cannot say (it may be moving)."""
+    try:
+        return sum((await committed_offsets(bootstrap, group)).values())
+    except KafkaError:
+        return None
+
+
+async def until_committed_beyond(bootstrap: str, group: str, floor: int, worker: Popen[bytes], worker_log: Path) -> int:
+    """Wait until the group has committed more than `floor` records; the worker must stay up meanwhile."""
+    deadline = time.monotonic() + 180
+    while True:
+        assert worker.poll() is None, f"the worker stopped:\n{read_log(worker_log)[-3000:]}"
+        committed = await committed_total(bootstrap, group)
+        if committed is not None and committed > floor:
+            return committed
+        assert time.monotonic() < deadline, f"the group committed nothing beyond {floor} within 180 s"
+        await asyncio.sleep(0.2)
+
+
+async def test_every_count_is_exact_through_two_leader_kills_and_a_wiped_broker(
+    kafka_cluster: LocalCluster, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    bootstrap = kafka_cluster.bootstrap_servers
+    source, sink = topic_name("in"), topic_name("out")
+    for topic in (source, sink):  # broker 1 leads them all at first, then 2 once 1 is gone
+        await create_replicated(bootstrap, topic, PARTITIONS, [1, 2, 3], TWO_IN_SYNC)
+    app = counting_app(topic_name("app"), source, sink, PARTITIONS, tmp_path / "state", "rocksdb")
+    app["guarantee"] = "exactly_once"
+    app["kafka"] = {"bootstrap_servers": bootstrap}
+    app["internal_topics"] = {"replication_factor": 3, "configs": TWO_IN_SYNC}
+    counting = app["processors"][0]
+    counting["class"] = "tests.support.apps:PacedCountPerKey"
+    counting["params"]["sleep_ms"] = 50
+    group, changelog = app["app_id"], f"{app['app_id']}-counts-changelog"
+    worker_log = tmp_path / "worker.log"
+    worker = spawn_worker(write_app(tmp_path, app), log=worker_log)
+
+    produced = committed = 0
+    for fault in ("kill", "kill", "wipe"):
+        await produce(bootstrap, source, numbered(CHUNK, produced), acks="all", enable_idempotence=True)
+        produced += CHUNK
+        committed = await until_committed_beyond(bootstrap, group, committed, worker, worker_log)
+        victim = node(kafka_cluster, await leading_most(bootstrap, [source, sink, changelog]))
+        log.info("%s broker %d at %d of %d records committed", fault, victim.node_id, committed, produced)
+        if fault == "kill":
+            kill(victim)
+            # The other two carry on alone: two replicas in sync are all that a write needs.
+            committed = await until_committed_beyond(bootstrap, group, committed, worker, worker_log)
+        else:
+            wipe(victim)
+        await asyncio.to_thread(victim.start)  # it waits until the broker answers
+        await until_fully_replicated(bootstrap)
+
+    await until_committed_beyond(bootstrap, group, produced - 1, worker, worker_log)
+    worker.send_signal(signal.SIGTERM)
+    assert await wait_exit(worker, 60) == 0, read_log(worker_log)[-3000:]
+    await assert_exactly_once(bootstrap, sink, produced)
+    changelog_replicas = {state.replicas for state in await partition_states(bootstrap, [changelog])}
+    assert changelog_replicas == {frozenset({1, 2, 3})}, "the changelog is not on all three brokers"

@@ -62,6 +62,25 @@ async def leading_most(bootstrap: str, topics: list[str]) -> int:
     return min(broker for broker, count in leaders.items() if count == most)
 
 
+async def roles(bootstrap: str, broker: int, topics: list[str], group: str, transactional_ids: list[str]) -> str:
+    """What `broker` does for an app, for the log: the partitions it leads, and which coordinators it is."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    try:
+        led = [state for state in await partition_states(bootstrap, topics) if state.leader == broker]
+        await admin.start()
+        group_coordinator = await admin.find_coordinator(group)
+        transactions = [await admin.find_coordinator(each, coordinator_type=1) for each in transactional_ids]
+    except KafkaError as error:
+        return f"its roles unknown: {error!r}"
+    finally:
+        await admin.close()
+    return (
+        f"leads {len(led)} partitions of {', '.join(topics)}; coordinates "
+        f"{'the group and ' if group_coordinator == broker else ''}"
+        f"{transactions.count(broker)} of {len(transactions)} transactional ids"
+    )
+
+
 async def until_fully_replicated(bootstrap: str, timeout: float = 180) -> None:
     """Every partition of every topic has all its replicas in sync: the cluster can lose a broker again."""
     deadline = time.monotonic() + timeout

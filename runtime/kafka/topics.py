@@ -37,25 +37,55 @@ async def describe_partitions(admin: AIOKafkaAdminClient, topics: list[str]) -> 
 async def describe_limits(admin: AIOKafkaAdminClient, config: AppConfig, topics: list[str]) -> Limits:
     """What each topic takes from the app's producer (read once at start: the broker's answer to a record
     above it would fail its whole batch). The broker checks a compressed batch after compression, so
-    with compression only the producer's own `max_request_size` bounds a record here."""
+    with compression only the producer's own `max_request_size` bounds a record here. On a cluster the
+    broker asked may not know yet a topic that another has just created: it is asked again, as long as
+    `_wait_for_partitions` would wait."""
     max_request_size = int(producer_options(config).get("max_request_size", DEFAULT_MAX_REQUEST_SIZE))
+    limits: dict[str, TopicLimits] = {}
+    unread: dict[str, ReadConfigs] = {}
+    pending, deadline, pause = list(topics), time.monotonic() + METADATA_WAIT_S, 0.01
+    while pending:
+        for read in await _read_configs(admin, pending):
+            if read.code == 0:
+                limits[read.topic] = topic_limits(config, read.configs)
+                unread.pop(read.topic, None)
+            else:
+                unread[read.topic] = read
+        pending = [topic for topic, read in unread.items() if read.code == UNKNOWN_TOPIC]
+        if not pending or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.1)
+    for read in unread.values():
+        log.warning(
+            "the configuration of topic %s could not be read (%s, error %d): its records are checked against "
+            "the producer's max_request_size only",
+            read.topic,
+            read.message,
+            read.code,
+        )
+        limits[read.topic] = TopicLimits(max_request_size)
+    return limits
+
+
+@dataclass(frozen=True)
+class ReadConfigs:
+    """A broker's answer about one topic: an error code and message, or its configs."""
+
+    topic: str
+    code: int
+    message: str
+    configs: dict[str, str]
+
+
+async def _read_configs(admin: AIOKafkaAdminClient, topics: list[str]) -> list[ReadConfigs]:
     wanted = {"max.message.bytes": None, "cleanup.policy": None}
     resources = [ConfigResource(ConfigResourceType.TOPIC, topic, wanted) for topic in topics]
-    limits: dict[str, TopicLimits] = {}
-    for response in await admin.describe_configs(resources) if resources else []:
-        for code, message, _, topic, entries in response.resources:
-            if code != 0:
-                log.warning(
-                    "the configuration of topic %s could not be read (%s, error %d): its records are checked "
-                    "against the producer's max_request_size only",
-                    topic,
-                    message,
-                    code,
-                )
-                limits[topic] = TopicLimits(max_request_size)
-                continue
-            limits[topic] = topic_limits(config, {entry[0]: entry[1] for entry in entries})
-    return limits
+    return [
+        ReadConfigs(topic, code, message, {entry[0]: entry[1] for entry in entries})
+        for response in await admin.describe_configs(resources)
+        for code, message, _, topic, entries in response.resources
+    ]
 
 
 def producer_options(config: AppConfig) -> dict[str, Any]:

@@ -107,6 +107,7 @@ async def test_every_count_is_exact_through_two_leader_kills_and_a_wiped_broker(
     log.info("committed all %d", produced)
     worker.send_signal(signal.SIGTERM)
     assert await wait_exit(worker, 60) == 0, read_log(worker_log)[-3000:]
+    assert "could not be read" not in read_log(worker_log), "a broker did not know the new changelog yet"
     await assert_exactly_once(bootstrap, sink, produced)
     described = run_command(bootstrap, "topics", "describe", changelog)
     assert described.returncode == 0, described.stderr

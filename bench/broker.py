@@ -35,12 +35,17 @@ def kafka(bootstrap: str | None) -> Iterator[str]:
             broker.stop()
 
 
-async def create_topics(bootstrap: str, topics: Mapping[str, int]) -> None:
-    """Create each topic with its number of partitions (replication factor 1) and wait for its leaders."""
+async def create_topics(
+    bootstrap: str, topics: Mapping[str, int], replicas: int = 1, configs: Mapping[str, str] | None = None
+) -> None:
+    """Create each topic with its number of partitions, `replicas` replicas and `configs`, and wait for its
+    leaders."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(name, count, 1) for name, count in topics.items()])
+        configured = dict(configs or {})
+        requests = [NewTopic(name, count, replicas, topic_configs=configured) for name, count in topics.items()]
+        await admin.create_topics(requests)
     finally:
         await admin.close()
     for name, count in topics.items():

@@ -112,6 +112,10 @@ def run_one(app: str, target: Target, input_topic: str, args: argparse.Namespace
     return measured
 
 
+def describe_median(figures: dict[str, float]) -> str:
+    return f"{figures['rate']:8,.0f} ({figures['processing_rate']:8,.0f}; {figures['cpu_rate']:8,.0f})"
+
+
 def main() -> None:
     args = parse_args()
     workdir = run_directory("cluster")
@@ -137,17 +141,20 @@ def main() -> None:
             app: {
                 "rate": median([m.rate(records) for m in measured]),
                 "processing_rate": median_of(m.inner_rate(records) for m in measured),
+                "cpu_rate": median_of(m.cpu_rate(records) for m in measured),
             }
             for app, measured in by_app.items()
         }
         for name, by_app in runs.items()
     }
     single, cluster = (summary[target.name] for target in where)
-    print(f"median of {args.runs}, {args.guarantee}, {records:,} records (wall clock, start-up included; processing):")
+    print(
+        f"median of {args.runs}, {args.guarantee}, {records:,} records: rec/s by the wall clock, start-up included "
+        "(processing only; per CPU second of the runtime)"
+    )
     for app in APPS:
         print(
-            f"  {app:9}: 1 broker {single[app]['rate']:8,.0f} rec/s ({single[app]['processing_rate']:8,.0f}), "
-            f"3 brokers RF 3 {cluster[app]['rate']:8,.0f} rec/s ({cluster[app]['processing_rate']:8,.0f}), "
+            f"  {app:9}: 1 broker {describe_median(single[app])}, 3 brokers RF 3 {describe_median(cluster[app])}, "
             f"3 brokers/1 broker {cluster[app]['rate'] / single[app]['rate']:.2f}"
         )
     path = write_result(

@@ -28,6 +28,7 @@ from runtime.log_fields import LOG_FIELDS, LOG_FORMATS
 from runtime.telemetry import TelemetryError
 from runtime.worker.restarts import RestartPolicy
 from runtime.worker.supervisor import WORKER_INDEX, for_worker, run_workers
+from runtime.worker.watchdog import Watchdog
 from runtime.worker.worker import Worker, WorkerFailed
 
 log = logging.getLogger("runtime")
@@ -140,17 +141,26 @@ def main(argv: list[str]) -> int:
     if args.workers > 1:
         policy = RestartPolicy(max_restarts=args.max_restarts)
         logging_options = ["--log-level", args.log_level, "--log-format", log_format or "text"]
-        return run_workers(args.workers, args.app, bootstrap, args.until_caught_up, logging_options, policy)
+        return run_workers(
+            args.workers, args.app, bootstrap, args.until_caught_up, logging_options, policy, config.shutdown_timeout_s
+        )
     index = LOG_FIELDS.worker = int(os.environ.get(WORKER_INDEX, "0"))
     return run_worker(for_worker(config, index), bootstrap, args.until_caught_up, args.app, index)
 
 
 def run_worker(config: AppConfig, bootstrap: str, until_caught_up: bool, app_path: Path, index: int) -> int:
+    """SIGINT and SIGTERM are handled by a plain signal handler, not the event loop's: Python runs it
+    between two bytecodes of the main thread, so it starts the stop's deadline, and the watchdog behind
+    it, also while a processor blocks the loop, which would never read a signal the loop was to handle."""
+    watchdog: Watchdog | None = None
+
     async def serve() -> None:
+        nonlocal watchdog
         worker = Worker(config, bootstrap, until_caught_up, index=index)
-        loop = asyncio.get_running_loop()
+        watchdog = Watchdog(worker.deadline, worker.doing)
+        watchdog.start()
         for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, worker.stop)
+            signal.signal(signum, lambda signum, frame: worker.stop())
         await worker.run()
 
     tune_garbage_collector()
@@ -162,4 +172,7 @@ def run_worker(config: AppConfig, bootstrap: str, until_caught_up: bool, app_pat
         return report(f"error in {app_path}:\n{indent(f'telemetry: {error}')}", EXIT_CONFIG)
     except (WorkerFailed, BrokerUnavailable, AuthenticationRefused) as error:
         return report(f"error: {error}", EXIT_FAILED)
+    finally:
+        if watchdog is not None:
+            watchdog.stand_down()
     return 0

@@ -76,6 +76,16 @@ class TaskPhase(StrEnum):
     CLOSED = "closed"  # its processor and stores are closed
 
 
+class ProcessorStep(StrEnum):
+    """The processor's step a task is in, for the line that names what a stop abandoned."""
+
+    INIT = "init()"
+    PUNCTUATION = "a punctuation"
+    PROCESS = "process()"
+    FLUSH = "flush()"
+    CLOSE = "close()"
+
+
 @dataclass
 class TaskServices:
     """What every task of a worker shares."""
@@ -160,6 +170,7 @@ class Task:
         self._services = services
         self._wakeup = asyncio.Event()
         self.lost = False
+        self.in_step: ProcessorStep | None = None  # set around each call into the processor, once per batch
         self.ended = False  # its actor returned or raised: it processes nothing more
         self._stopping = False
         self._commit_waits = False
@@ -314,10 +325,13 @@ class Task:
     async def initialise(self) -> None:
         """The processor's `init`. The task runs, and so takes part in commits, only once it returned: a
         flush never precedes it."""
+        self.in_step = ProcessorStep.INIT
         try:
             await settle(self._processor.init(self._context))
         except Exception as error:
             raise self._lifecycle_failed("init()", error) from error
+        finally:
+            self.in_step = None
         self.phase = TaskPhase.RUNNING  # from here on, it takes part in commits and is closed
 
     @property
@@ -337,15 +351,20 @@ class Task:
                 self.in_flight.raise_failure()
             self._loop.interrupted = self._stopping or self._commit_waits  # a batch ended for a punctuation runs it now
             try:
-                await self._punctuations.run_due(self.in_flight)
-            except PunctuationFailed as failed:
-                raise self._lifecycle_failed("a punctuation", failed.error) from failed.error
-            try:
-                await self.intake.take()
-            except ChooseFailed as failed:
-                raise self._lifecycle_failed("choose()", failed.error) from failed.error
+                self.in_step = ProcessorStep.PUNCTUATION
+                try:
+                    await self._punctuations.run_due(self.in_flight)
+                except PunctuationFailed as failed:
+                    raise self._lifecycle_failed("a punctuation", failed.error) from failed.error
+                self.in_step = ProcessorStep.PROCESS
+                try:
+                    await self.intake.take()
+                except ChooseFailed as failed:
+                    raise self._lifecycle_failed("choose()", failed.error) from failed.error
+                finally:
+                    self._after_take()
             finally:
-                self._after_take()
+                self.in_step = None
 
     def advance_stream_time(self, timestamp: int) -> None:
         """Stream time moves to `timestamp` as a record of that time would move it, without a record; the
@@ -386,12 +405,15 @@ class Task:
             return None
         if self._flushes:  # 1.1
             released = len(self._context.pending)
+            self.in_step = ProcessorStep.FLUSH
             try:
                 await settle(self._processor.flush(self._context))
             except Exception as error:
                 del self._context.pending[released:]
                 self._flush_failed(error)
                 return None
+            finally:
+                self.in_step = None
         self._release_outputs()  # 1.2
         if self.broadcast is not None:
             self.broadcast.write_positions(self.next_offsets)  # 1.3, the broadcast positions as store changes
@@ -409,14 +431,26 @@ class Task:
         ran, self.phase = self.running, TaskPhase.CLOSED
         if self.in_flight is not None:
             self.in_flight.abandon()  # what its final commit did not wait for stays uncommitted
+        self.in_step = ProcessorStep.CLOSE if ran else None
         try:
             if ran:
                 await settle(self._processor.close())
         except Exception as error:
             raise self._lifecycle_failed("close()", error) from error
         finally:
+            self.in_step = None
             if self.state is not None:
                 self.state.close()
+
+    def describe(self) -> str:
+        """What the task is doing, in words: the processor's step (with the record's offset, in `process`),
+        else its phase. Read from the stop's watchdog thread too, so it only reads."""
+        step = self.in_step
+        if step is None:
+            return f"task {self.id} ({self.phase.value})"
+        source = self._context.source if step is ProcessorStep.PROCESS else None
+        at = "" if source is None else f" at offset {source.offset} of {source.topic}[{source.partition}]"
+        return f"task {self.id} in {step.value}{at}"
 
     def _lifecycle_failed(self, step: str, error: Exception) -> StopAfterCommit:
         log.error("processor '%s' failed in %s of task %s", self.id.processor, step, self.id, exc_info=error)

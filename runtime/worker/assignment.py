@@ -21,12 +21,14 @@ from runtime.config import AppConfig, Guarantee, ProcessorConfig
 from runtime.counters import Counters
 from runtime.errors import StopAfterCommit, TaskLost
 from runtime.guarantees.commit import CommitCycle
+from runtime.kafka.outages import OUTAGES
 from runtime.log_fields import CURRENT_TASK
 from runtime.state.task_state import TaskState
 from runtime.task.assembly import assemble_task
 from runtime.task.task import Task, TaskId, TaskPhase, TaskServices
 from runtime.worker.backpressure import Backpressure
 from runtime.worker.outcome import Outcome
+from runtime.worker.stop_deadline import UNWIND_S, StopDeadline
 
 log = logging.getLogger(__name__)
 
@@ -78,16 +80,31 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
         except Exception as error:
             self._outcome.fail(error, "giving back the revoked partitions")
 
-    async def stop_all(self, commit: bool) -> None:
-        """The worker stops: every task stops, commits (when `commit`) and leaves."""
+    async def stop_actors(self, deadline: StopDeadline) -> None:
+        """The worker stops: every task's batch in flight has until the shutdown timeout to end; those
+        still running then are named as abandoned and cancelled."""
+        late = await self._stop(list(self.tasks.values()), deadline.left(final=False))
+        deadline.abandoned += [task.describe() for task in late]
+        await self._cancel(late)
+
+    async def leave_all(self, commit: bool, deadline: StopDeadline) -> None:
+        """Once the actors stopped: every task commits (when `commit`) and leaves, within the deadline."""
         tasks = list(self.tasks.values())
-        await self._stop(tasks)
         if commit:
-            await self._commit(tasks)
-        for task in tasks:
-            await self._leave(task)
+            await deadline.bound(self._commit(tasks), lambda: self.doing("the final commit"))
+        await deadline.bound(self._leave_each(tasks), lambda: self.doing("closing the tasks"))
         self.tasks.clear()
         self.subscribers.clear()
+
+    def doing(self, step: str) -> str:
+        """A step of the stop in words, with the tasks it waits for inside a processor's step, else Kafka."""
+        busy = [task.describe() for task in list(self.tasks.values()) if task.in_step is not None]
+        unreachable = ", Kafka unreachable" if OUTAGES.since is not None else ""
+        return f"{step} ({', '.join(busy) or 'waiting for Kafka'}{unreachable})"
+
+    async def _leave_each(self, tasks: list[Task]) -> None:
+        for task in tasks:
+            await self._leave(task)
 
     def _assign(self, assigned: set[TopicPartition]) -> None:
         self._counters.assignments += 1
@@ -143,7 +160,11 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
             return
         self._counters.revocations += 1
         leaving = [task for task in self.tasks.values() if any(tp in revoked for tp in task.inputs)]
-        await self._stop(leaving)
+        timeout_s = self._config.shutdown_timeout_s
+        late = await self._stop(leaving, timeout_s)
+        for task in late:
+            log.error("task %s did not finish its batch within %.0fs; cancelling it", task.id, timeout_s)
+        await self._cancel(late)
         await self._commit(leaving)
         for task in leaving:
             self._forget(task)
@@ -159,11 +180,12 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
         except Exception as error:
             self._outcome.fail(error, "the final commit")
 
-    async def _stop(self, tasks: list[Task]) -> None:
+    async def _stop(self, tasks: list[Task], timeout_s: float) -> dict[Task, asyncio.Task[None]]:
         """Stop the actors after the batch in flight; one that is still starting (restoring, or in its
         processor's `init`) has none, and is cancelled (a store keeps what its restore applied), as is every
-        one when the failure abandons what waits on Kafka (a batch may wait on a deleted topic)."""
-        actors = []
+        one when the failure abandons what waits on Kafka (a batch may wait on a deleted topic). The actors
+        still running after `timeout_s`, by task, for the caller to name and cancel."""
+        actors = {}
         for task in tasks:
             task.request_stop()
             actor = self._actors.pop(task, None)
@@ -171,19 +193,18 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
                 continue
             if not task.running or self._outcome.abandoning:
                 actor.cancel()
-            actors.append(actor)
+            actors[task] = actor
         if not actors:
-            return
-        _, late = await asyncio.wait(actors, timeout=self._config.shutdown_timeout_s)
-        for actor in late:
-            log.error(
-                "%s did not finish its batch within %.0fs; cancelling it",
-                actor.get_name(),
-                self._config.shutdown_timeout_s,
-            )
+            return {}
+        await asyncio.wait(actors.values(), timeout=timeout_s)
+        return {task: actor for task, actor in actors.items() if not actor.done()}
+
+    @staticmethod
+    async def _cancel(late: dict[Task, asyncio.Task[None]]) -> None:
+        for actor in late.values():
             actor.cancel()
         if late:
-            await asyncio.wait(late)
+            await asyncio.wait(late.values(), timeout=UNWIND_S)
 
     async def _leave(self, task: Task) -> None:
         if task.phase is TaskPhase.CLOSED:  # a task taken over left as its actor ended

@@ -27,6 +27,10 @@ class Outcome:
         """Stop taking records, finish those in flight, commit, close (safe from a signal handler)."""
         self._stop.set()
 
+    async def stopped(self) -> None:
+        """Returns once the worker is asked to stop, or fails."""
+        await self._stop.wait()
+
     def fail(self, error: BaseException, what: str = "the worker") -> None:
         """Record a failure and stop; later failures are logged only, as they usually follow from it."""
         if not isinstance(error, EngineError | StoreError):  # their messages say it all; others need a trace

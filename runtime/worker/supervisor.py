@@ -5,8 +5,9 @@ the app's configuration, which a restart would meet again: the supervisor stops 
 One that dies otherwise (a non-zero status, or killed by a signal) is restarted as `restarts.py`
 decides, and when it decides against, the supervisor stops the others and exits 1.
 
-SIGINT and SIGTERM are forwarded to every worker, which commits and exits 0; one still running
-`STOP_GRACE_S` later is killed. A worker that the forwarded signal ended before it installed its
+SIGINT and SIGTERM are forwarded to every worker, which commits and exits 0 (1 when it had to abandon
+work to stop within its shutdown timeout); one still running `STOP_MARGIN_S` after the time its own
+stop may take (`stop_grace_s`) is killed. A worker that the forwarded signal ended before it installed its
 handler (still starting, or already closed) had nothing to commit, and counts as stopped cleanly.
 
 The exit status is 0 when every worker's last run ended cleanly, 2 when one reported a configuration
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from runtime.config import AppConfig
 from runtime.worker.restarts import RestartPolicy, Restarts
+from runtime.worker.stop_deadline import FINAL_S, WATCHDOG_S
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +36,29 @@ WORKER_INDEX = "KAFKA_ACTOR_WORKER_INDEX"
 
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
-STOP_GRACE_S = 30.0
+STOP_MARGIN_S = 5.0
+
+
+def stop_grace_s(shutdown_timeout_s: float) -> float:
+    """How long a worker asked to stop may run before it is killed: what its own stop deadline allows,
+    watchdog included, and a margin; a backstop only, as the worker's watchdog ends it first."""
+    return shutdown_timeout_s + FINAL_S + WATCHDOG_S + STOP_MARGIN_S
 
 
 def run_workers(
-    count: int, app: Path, bootstrap: str, until_caught_up: bool, logging_options: list[str], policy: RestartPolicy
+    count: int,
+    app: Path,
+    bootstrap: str,
+    until_caught_up: bool,
+    logging_options: list[str],
+    policy: RestartPolicy,
+    shutdown_timeout_s: float,
 ) -> int:
     command = [sys.executable, "-m", "runtime", str(app), *logging_options]
     if until_caught_up:
         command.append("--until-caught-up")
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap}
-    return asyncio.run(Supervisor(command, env, count, policy).run())
+    return asyncio.run(Supervisor(command, env, count, policy, stop_grace_s(shutdown_timeout_s)).run())
 
 
 def describe_exit(code: int) -> str:
@@ -69,8 +83,9 @@ def signal_process(process: asyncio.subprocess.Process, signum: signal.Signals) 
 class Supervisor:
     """Starts the workers, restarts those that die, and stops them all on a signal or when one cannot go on."""
 
-    def __init__(self, command: list[str], env: dict[str, str], count: int, policy: RestartPolicy):
+    def __init__(self, command: list[str], env: dict[str, str], count: int, policy: RestartPolicy, stop_grace_s: float):
         self._command = command
+        self._stop_grace_s = stop_grace_s
         self._env = env
         self._count = count
         self._policy = policy
@@ -100,12 +115,13 @@ class Supervisor:
         self._stop_requested.set()
         self._send(signum)
         if self._kill_timer is None:
-            self._kill_timer = asyncio.get_running_loop().call_later(STOP_GRACE_S, self._kill)
+            self._kill_timer = asyncio.get_running_loop().call_later(self._stop_grace_s, self._kill)
 
     def _kill(self) -> None:
+        grace = self._stop_grace_s
         for index, process in self._running.items():
             if process.returncode is None:
-                log.error("worker %d (pid %d) did not stop in %.0f s; killing it", index, process.pid, STOP_GRACE_S)
+                log.error("worker %d (pid %d) did not stop in %.0f s; killing it", index, process.pid, grace)
         self._send(signal.SIGKILL)
 
     def _send(self, signum: signal.Signals) -> None:

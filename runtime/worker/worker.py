@@ -4,6 +4,11 @@ A session starts when the clients do. Everything it runs in the background (the 
 actors, the commit timer, the global-store follower) lives in one task group, and reports a failure
 to the worker's `Outcome` instead of raising it: the first failure stops the worker, which then
 stops every task, commits what may be committed (`Outcome.commits_at_stop`), and closes.
+
+A stop keeps to its deadline (`runtime/worker/stop_deadline.py`): the batches in flight, the timer's
+commit, the final commit, the close and the clients' stop each wait only until it, and what is
+cancelled there is named in the worker's last line. A request to stop while the worker starts (its
+clients retrying an unreachable broker, the global stores bootstrapping) ends the start at once.
 """
 
 from __future__ import annotations
@@ -12,8 +17,8 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -55,6 +60,7 @@ from runtime.worker.outcome import Outcome
 from runtime.worker.poll_loop import poll
 from runtime.worker.purge import RepartitionPurge
 from runtime.worker.readiness import BOOTSTRAPPING, JOINING, Readiness
+from runtime.worker.stop_deadline import UNWIND_S, StopDeadline
 from runtime.worker.topic_watch import TopicWatch
 from runtime.worker.unfetched import Unfetched
 from stores import StoreError
@@ -62,9 +68,15 @@ from stores.rocksdb import SHARED_MEMORY
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 class WorkerFailed(RuntimeError):
-    """The worker stopped because something failed; the message says what."""
+    """The worker stopped because something failed, or it abandoned work to stop in time; the message says what."""
+
+
+class StoppedStarting(Exception):
+    """A request to stop came while the worker was starting: nothing was processed, nothing is left."""
 
 
 class Worker:
@@ -95,6 +107,9 @@ class Worker:
         self.global_stores = GlobalStores(config, self._clients, self.counters)
         self._until_caught_up = until_caught_up
         self._outcome = Outcome()
+        self.deadline = StopDeadline(config.shutdown_timeout_s)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._assignment: Assignment | None = None
         self._started = time.monotonic()
         self._backpressure: Backpressure | None = None
         self._limits: Limits = {}
@@ -104,20 +119,38 @@ class Worker:
         self.telemetry.metrics.register_readiness(lambda: (self.readiness.ready, OUTAGES.unreachable))
 
     def stop(self) -> None:
-        """Stop taking records, finish those in flight, commit, close (safe from a signal handler)."""
-        self._outcome.stop()
+        """Stop taking records, finish those in flight, commit, close, within the shutdown timeout. Safe
+        from a signal handler and from any thread: the deadline starts now, even while a processor
+        blocks the event loop, and the loop learns of the stop as soon as it runs."""
+        self.deadline.start()
+        if self._loop is None:
+            self._outcome.stop()
+        else:
+            self._loop.call_soon_threadsafe(self._outcome.stop)
+
+    def doing(self) -> list[str]:
+        """What the worker is busy with, in words: the tasks inside a processor's step, else the stop's step
+        in progress, else the start-up's phase. Read from the stop's watchdog thread, so it only reads."""
+        assignment = self._assignment
+        tasks = list(assignment.tasks.values()) if assignment is not None else []
+        busy = [task.describe() for task in tasks if task.in_step is not None]
+        step = self.deadline.step
+        return busy or ([step()] if step is not None else [self.readiness.phase])
 
     @property
     def paused_partitions(self) -> set[TopicPartition]:
         return self._backpressure.paused() if self._backpressure is not None else set()
 
     async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
         health = beat = None
         try:
             health = self._health_server()
             if health is not None:
                 beat = asyncio.create_task(health.probes.beat(), name="health beat")
             await self._run()
+        except StoppedStarting:
+            log.warning("stopped while %s, before it processed anything", self.readiness.phase)
         finally:
             if beat is not None:
                 beat.cancel()
@@ -127,7 +160,11 @@ class Worker:
                 self.telemetry.shutdown()  # exports what is still buffered
         failure = self._outcome.failure
         if failure is not None:
+            if self.deadline.abandoned:
+                log.error("%s", self.deadline.report())
             raise WorkerFailed(str(failure)) from failure
+        if self.deadline.abandoned:
+            raise WorkerFailed(self.deadline.report())
 
     def _health_server(self) -> HealthServer | None:
         """Serving from now until the worker has stopped, so that a probe sees it start, restore and stop."""
@@ -146,27 +183,41 @@ class Worker:
 
     async def _run(self) -> None:
         admin = self._clients.admin()
-        await start_with_retries("admin client", self._clients.bootstrap_servers, admin.start)
+        await self._unless_stopped(start_with_retries("admin client", self._clients.bootstrap_servers, admin.start))
         try:
-            await refuse_recreating_read_topics(admin, self.config)
-            partition_counts = await ensure_topics(admin, self.config)
-            self._limits = await describe_limits(admin, self.config, sorted(partition_counts))
-            await require_session_timeout_allowed(admin, self.config)
+            await self._unless_stopped(refuse_recreating_read_topics(admin, self.config))
+            partition_counts = await self._unless_stopped(ensure_topics(admin, self.config))
+            self._limits = await self._unless_stopped(describe_limits(admin, self.config, sorted(partition_counts)))
+            await self._unless_stopped(require_session_timeout_allowed(admin, self.config))
         finally:
-            await admin.close()
+            await self.deadline.bound(admin.close(), lambda: "closing the admin client")
         self.readiness.phase = BOOTSTRAPPING
         try:
             try:
                 attributes = {"kafka_actor.global_stores": sorted(self.config.global_stores)}
                 with self.telemetry.tracer.span("global-store bootstrap", attributes), bulk_allocations():
-                    await self.global_stores.bootstrap(partition_counts)
+                    await self._unless_stopped(self.global_stores.bootstrap(partition_counts))
             except StoreError as error:  # a refused snapshot, a store in use: the message says it all
                 raise WorkerFailed(str(error)) from error
             freeze_what_lives()  # modules, clients and the global stores' tables: they live as long as the worker
             self.readiness.phase = JOINING
             await self._run_clients(partition_counts)
         finally:
-            await self.global_stores.close()
+            await self.deadline.bound(self.global_stores.close(), lambda: "closing the global stores")
+
+    async def _unless_stopped(self, step: Awaitable[T]) -> T:
+        """A step of the start, given up (cancelled, and `StoppedStarting` raised) when a stop comes first."""
+        work = asyncio.ensure_future(step)
+        stop = asyncio.ensure_future(self._outcome.stopped())
+        try:
+            await asyncio.wait([work, stop], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if work.done():
+            return work.result()
+        work.cancel()
+        await asyncio.wait([work], timeout=UNWIND_S)
+        raise StoppedStarting
 
     async def _run_clients(self, partition_counts: dict[str, int]) -> None:
         # Under exactly-once every task has its own transactional producer instead of this shared one.
@@ -174,22 +225,25 @@ class Worker:
         producer = None if exactly_once else self._clients.producer()
         consumer = self._clients.group_consumer(sum(partition_counts[topic] for topic in self.config.input_topics()))
         failures = self._failure_handler()
+        bootstrap = self._clients.bootstrap_servers
         if producer is not None:
-            await start_with_retries("producer", self._clients.bootstrap_servers, producer.start)
+            await self._unless_stopped(start_with_retries("producer", bootstrap, producer.start))
         try:
-            await start_with_retries("consumer", self._clients.bootstrap_servers, consumer.start)
+            await self._unless_stopped(start_with_retries("consumer", bootstrap, consumer.start))
             try:
                 async with asyncio.TaskGroup() as group:
                     await self._session(consumer, producer, partition_counts, group, failures)
             finally:
-                await consumer.stop()
+                await self.deadline.bound(consumer.stop(), lambda: "stopping the consumer (leaving the group)")
         finally:
             failures.summarise()  # the failed records counted and not yet told
             # Its stop waits until its batches are acknowledged: those for a deleted topic never are.
             if producer is not None:
-                await self._outcome.unless_abandoned(producer.stop())
+                stopping = self._outcome.unless_abandoned(producer.stop())
+                await self.deadline.bound(stopping, lambda: "stopping the producer (sending what it holds)")
             if self._shared is not None:  # renewed after the broker refused records
-                await self._outcome.unless_abandoned(self._shared.producer.stop())
+                stopping = self._outcome.unless_abandoned(self._shared.producer.stop())
+                await self.deadline.bound(stopping, lambda: "stopping the renewed producer")
         log.info("stopped after %.1fs: %s", time.monotonic() - self._started, self.counters.snapshot())
 
     async def _session(
@@ -237,7 +291,7 @@ class Worker:
         services.unfetched = Unfetched(consumer, end_offsets)
         services.broadcast = self._broadcast_source(partition_counts)
         services.store_buffers = store_buffers
-        assignment = Assignment(
+        assignment = self._assignment = Assignment(
             config,
             services,
             restorer.restore,
@@ -281,13 +335,23 @@ class Worker:
                 election.cancel()  # stops its singleton here; a transaction left open is aborted by the next start
             if purger is not None:
                 purger.cancel()
-            commit_cycle.stop_timer()
-            await timer
-            await assignment.stop_all(commit=outcome.commits_at_stop(config.guarantee is Guarantee.EXACTLY_ONCE))
-            if store_checkpoints is not None:
-                await store_checkpoints.finish()  # the checkpoints the last commits took part in
-            if purger is not None:
-                await purge.once()  # what the last commit passed
+            await self._stop_tasks(commit_cycle, timer, assignment)
+            if store_checkpoints is not None:  # the checkpoints the last commits took part in
+                await self.deadline.bound(store_checkpoints.finish(), lambda: "writing the store checkpoints")
+            if purger is not None:  # what the last commit passed
+                await self.deadline.bound(purge.once(), lambda: "purging the repartition topics")
+
+    async def _stop_tasks(self, commit_cycle: CommitCycle, timer: asyncio.Task[None], assignment: Assignment) -> None:
+        """The actors first, then the timer: a commit of the timer's waits for each task's turn, which a
+        batch holds. The timer's commit in progress is work in flight, as a batch is; when it does not end
+        in time, the final commit is not tried: it would wait for the same flush, or the same broker."""
+        deadline = self.deadline
+        deadline.start()
+        commit_cycle.stop_timer()
+        await assignment.stop_actors(deadline)
+        timer_ended = await deadline.bound(timer, lambda: assignment.doing("the periodic commit in progress"), False)
+        commit = timer_ended and self._outcome.commits_at_stop(self.config.guarantee is Guarantee.EXACTLY_ONCE)
+        await assignment.leave_all(commit, deadline)
 
     async def _commit_timer(self, commit_cycle: CommitCycle, tasks: Callable[[], Iterable[Task]]) -> None:
         """Until stopped; a commit in flight is abandoned when a failure says so, as it would never end."""

@@ -9,7 +9,8 @@ The loop checks `interrupted` before each record: the task sets it to end the ba
 a commit waits for its turn, records came for an input it had none of), and the loop sets it after a
 record that brings a stream-time punctuation due. The offset and the counters are brought up to date
 once per batch, by the task's `on_batch_done`: no commit can run inside a batch, as the batch holds the
-task's turn.
+task's turn. The loop lets the event loop run every half second of processing (`runtime/task/pace.py`),
+for the consumer's heartbeat and the poll loop: a synchronous `process` never yields by itself.
 
 The loop (`process`, for a processor without concurrency, telemetry on or off) does everything inline:
 it is the fast path. Only a record the tracer sampled leaves it, for a span of its own. The other paths
@@ -25,6 +26,7 @@ it cost a few. Tests run the loop with telemetry off and on both.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -42,6 +44,7 @@ from runtime.task.event_time import RecordBuilder, stamping
 from runtime.task.event_time_bounds import AheadGuard, EventTimeAhead
 from runtime.task.failures import Stage
 from runtime.task.in_flight import InFlight
+from runtime.task.pace import Pace
 from runtime.telemetry.trace_headers import CARRIED_CLASSES, UNTRACED, TraceDecision
 
 if TYPE_CHECKING:
@@ -78,6 +81,7 @@ class RecordLoop:
         on_failure: Callable[[], None] = lambda: None,
     ):
         self.interrupted = False
+        self._pace = Pace()
         self.builders: dict[str, RecordBuilder] = {}
         for tp in inputs:
             timestamp_of = services.timestamps.get(tp.topic)
@@ -128,9 +132,16 @@ class RecordLoop:
         alarm = guard.start(stream_time)
         processed = 0
         done: int | None = None  # the offset after the last record handled
+        pace = self._pace
+        countdown = pace.countdown
         try:
             with tracer.batch_context():
                 for index, raw in enumerate(records):
+                    countdown -= 1
+                    if not countdown:
+                        if pace.due():
+                            await asyncio.sleep(0)  # the heartbeat and the poll loop run
+                        countdown = pace.stride
                     if self.interrupted:
                         return records[index:]
                     try:
@@ -182,6 +193,7 @@ class RecordLoop:
                         self._metrics.record_processing((clock() - started) * 1000, self._name)
                     done = raw.offset + 1
         finally:
+            pace.countdown = countdown
             context.trace_fields, context.source, context.output_time = UNTRACED, None, None  # nor to a record
             self.on_batch_done(tp, done, processed)
         return []

@@ -1,6 +1,7 @@
 """The poll loop: one consumer's fetches, handed as lists to the tasks that read each partition.
 
-It keeps polling while partitions are paused, so a slow processor never costs the group membership.
+It keeps polling while partitions are paused, and a batch lets the event loop run every half second
+(`runtime/task/pace.py`), so a slow processor never costs the group membership.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import asyncio
 import os
 import random
 import signal
+import time
 from pathlib import Path
 
 import asyncpg
@@ -243,3 +244,15 @@ class SlowDeduplicate(Deduplicate):
         if record.offset % 40 == 0:
             await asyncio.sleep(0.01)
         super().process(record, ctx)
+
+
+class SlowSyncEcho(Processor):
+    """Sends each value on to `params.output` after blocking the event loop `sleep_ms` (a synchronous call)."""
+
+    def init(self, ctx: Context) -> None:
+        self.output = str(ctx.params["output"])
+        self.sleep_s = float(ctx.params["sleep_ms"]) / 1000
+
+    def process(self, record: Record, ctx: Context) -> None:
+        time.sleep(self.sleep_s)
+        ctx.send(self.output, record.value, key=record.key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -47,8 +48,12 @@ def require_tool(name: str) -> str:
 
 
 def resolve_jars() -> Path:
-    """Return the directory holding the broker's classpath, resolving it with Maven on first use."""
-    libs = cache_root() / f"kafka-{kafka_version()}" / "libs"
+    """Return the directory holding the broker's classpath, resolving it with Maven on first use.
+
+    The directory is named after the pom's content: a pom that asks for other jars resolves into a new
+    one, and a broker still running on the old jars keeps them."""
+    digest = hashlib.sha256(pom_path().read_bytes()).hexdigest()[:12]
+    libs = cache_root() / f"kafka-{kafka_version()}" / f"libs-{digest}"
     if (libs / ".complete").exists():
         return libs
     require_tool("java")

@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "produce": ("runtime.commands.produce", "write JSON lines to a topic, encoded with its serdes"),
     "consume": ("runtime.commands.consume", "print a topic's records as JSON lines, decoded with its serdes"),
     "describe": ("runtime.commands.describe", "an app's topology: processors, topics, stores, internal topics"),
+    "acls": ("runtime.commands.acls", "the Kafka ACLs an app needs, as kafka-acls.sh commands"),
     "reset": ("runtime.commands.reset", "move an app's committed offsets; optionally delete its state"),
     "replay": ("runtime.replay.cli", "one key's records (or a partition's) in a time range, from its partition only"),
     "checkpoint": ("runtime.rewind.checkpoint_cli", "checkpoint the running app's stores now, or list its checkpoints"),

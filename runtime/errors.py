@@ -29,3 +29,14 @@ class StopWithoutCommit(EngineError):
 class StopAbandoningCommit(StopWithoutCommit):
     """Stop the worker and commit nothing more, abandoning a commit in flight too: a topic it uses is gone,
     and the clients wait for it to come back rather than fail, so that commit would never end."""
+
+
+class AccessDenied(EngineError):
+    """Kafka's authorizer refused the app's principal an operation: stop without committing, as no retry can
+    succeed until an ACL grants it."""
+
+    def __init__(self, broker: str, principal: str, operation: str, resource: str, name: str):
+        super().__init__(
+            f"Kafka at {broker} refused {principal} {operation} on {resource} '{name}': grant it "
+            "(python -m runtime acls app.yaml lists every ACL the app needs)"
+        )

@@ -17,7 +17,12 @@ DEFAULT_REPLICATION_FACTOR = "default.replication.factor"
 
 
 class BrokerDefaultUnknown(Exception):
-    """The cluster did not tell its default replication factor (an ACL without DescribeConfigs on it)."""
+    """The cluster did not tell its default replication factor (an ACL without DescribeConfigs on it);
+    `code` is the error code it answered with."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
 
 
 class ReplicationFactors:
@@ -46,7 +51,7 @@ async def broker_default(admin: AIOKafkaAdminClient) -> int:
         for code, message, _, _, entries in response.resources:
             if code != 0:
                 raise BrokerDefaultUnknown(
-                    f"broker {broker} did not tell its {DEFAULT_REPLICATION_FACTOR}: {message} (error {code})"
+                    f"broker {broker} did not tell its {DEFAULT_REPLICATION_FACTOR}: {message} (error {code})", code
                 )
             for entry in entries:
                 if entry[0] == DEFAULT_REPLICATION_FACTOR and entry[1] is not None:

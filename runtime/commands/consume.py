@@ -163,4 +163,4 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    return run(args.app, lambda: asyncio.run(consume(connect(args.app), args, _write_stdout)))
+    return run(args.app, lambda: asyncio.run(consume(connect(args.app), args, _write_stdout)), topic_operation="Read")

@@ -212,4 +212,4 @@ def main(argv: list[str]) -> int:
         with source:
             return asyncio.run(produce(cluster, args, source, str(args.file)))
 
-    return run(args.app, body)
+    return run(args.app, body, topic_operation="Write")

@@ -24,6 +24,7 @@ from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
 from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit, TaskLost
 from runtime.guarantees.commit import Committed
+from runtime.kafka.authorization import AUTHORIZATION_ERRORS
 from runtime.kafka.outputs import Outputs, OutputsRefused
 from runtime.kafka.record_limits import broker_refusal
 from runtime.task.commits import CommitBeforeProcessing, TaskCommit
@@ -170,6 +171,8 @@ class ExactlyOnce:
             return _Outcome.LOST
         except OutputsRefused as refused:
             return await self._redo_without(task, refused)
+        except AUTHORIZATION_ERRORS:
+            raise  # redone, it would be refused again
         except KafkaError as error:
             log.warning("transaction of task %s failed to commit (%r): aborting and redoing its work", task.id, error)
             try:

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from aiokafka import AIOKafkaClient, AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaClient, AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
 from aiokafka.consumer import fetcher
 from aiokafka.consumer.subscription_state import Assignment, Subscription, SubscriptionState, TopicPartitionState
@@ -233,3 +233,14 @@ def record_count(batch: BatchBuilder) -> int:
     """0.14.0 `BatchBuilder._relative_offset`: the record count a batch is sent with, as `set_record_count` set it."""
     count: int = batch._relative_offset
     return count
+
+
+def transaction_error(producer: AIOKafkaProducer) -> BaseException | None:
+    """0.14.0 `TransactionManager._transaction_waiter`: why the producer's transaction broke (the broker refused
+    a partition of it), which `send_batch` hides behind "not in transaction"."""
+    manager = producer._txn_manager
+    waiter = manager.wait_for_transaction_end() if manager is not None else None
+    if waiter is None or not waiter.done() or waiter.cancelled():
+        return None
+    error: BaseException | None = waiter.exception()
+    return error

@@ -18,6 +18,7 @@ from aiokafka.errors import (
 )
 
 from runtime.config import AppConfig, ConfigError, Guarantee, KafkaConfig
+from runtime.kafka.authorization import AUTHORIZATION_ERRORS
 from runtime.kafka.outages import OUTAGES
 from runtime.kafka.refusals import REPORTED, Refusal, describe, hint, is_refusal
 from runtime.kafka.security import client_security
@@ -189,12 +190,14 @@ def check_clients(config: AppConfig) -> None:
 
 async def start_with_retries(what: str, bootstrap: str, start: Callable[[], Awaitable[T]]) -> T:
     """Bounded retries with backoff while the broker is unreachable, then a clear error; a refused
-    authentication or security protocol is reported at once as what it is."""
+    authentication or security protocol is reported at once as what it is, and so is a refused permission."""
     delay = 0.5
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
             with _refusals_logged() as refusals:
                 return await start()
+        except AUTHORIZATION_ERRORS:
+            raise
         except (KafkaConnectionError, KafkaError, OSError) as error:
             raised = Refusal("", error) if is_refusal(error) else None
             refusal = raised or next(iter(refusals), None)

@@ -32,12 +32,12 @@ from typing import Any, NamedTuple
 
 import msgspec
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import OutOfOrderSequenceNumber
+from aiokafka.errors import IllegalOperation, OutOfOrderSequenceNumber
 from aiokafka.producer.message_accumulator import BatchBuilder
 
 from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit
-from runtime.kafka.aiokafka_internals import batch_append, set_record_count
+from runtime.kafka.aiokafka_internals import batch_append, set_record_count, transaction_error
 from runtime.kafka.record_limits import REFUSALS, HeaderList, Headers, Limits, record_size
 from runtime.telemetry.trace_headers import TRACEPARENT, TRACEPARENT_CLASS, fields_of
 from stores.partitioner import KAFKA_SEED, POSITIVE, murmurhash2, partition_for
@@ -310,7 +310,13 @@ class Outputs:
             # Closed, it goes out at once: aiokafka holds an open batch for linger_ms, and the next batch of
             # its partition waits until it has left (a task idled about 5 ms every 30 ms for it).
             builder.close()
-            future = await self.producer.send_batch(builder, topic, partition=partition)
+            try:
+                future = await self.producer.send_batch(builder, topic, partition=partition)
+            except IllegalOperation as error:  # the transaction broke: its cause is what the caller must see
+                broke = transaction_error(self.producer)
+                if broke is None:
+                    raise
+                raise broke from error
             full.popleft()
             self._unacked_bytes += held
             future.add_done_callback(functools.partial(self._acked, topic, partition, len(records), held))

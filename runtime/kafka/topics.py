@@ -15,12 +15,16 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from runtime.config import AppConfig, ConfigError, InternalTopicsConfig, TopicConfig
+from runtime.kafka.authorization import RefusedOperation
+from runtime.kafka.permissions import CLUSTER, Resource
 from runtime.kafka.record_limits import DEFAULT_MAX_REQUEST_SIZE, Limits, TopicLimits
 from stores.replication import BrokerDefaultUnknown, ReplicationFactors
 
 log = logging.getLogger(__name__)
 
 UNKNOWN_TOPIC = 3
+TOPIC_AUTHORIZATION_FAILED = 29
+CLUSTER_AUTHORIZATION_FAILED = 31
 TOPIC_EXISTS = 36
 INVALID_REPLICATION_FACTOR = 38
 
@@ -132,6 +136,9 @@ INTERNAL = "internal_topics.replication_factor"
 async def describe_shapes(admin: AIOKafkaAdminClient, topics: list[str]) -> dict[str, TopicShape]:
     """Partitions and replicas of the topics that exist."""
     described: list[dict[str, Any]] = await admin.describe_topics(topics)
+    for entry in described:
+        if entry["error_code"] == TOPIC_AUTHORIZATION_FAILED:
+            raise RefusedOperation(Resource.TOPIC, "Describe", entry["topic"])
     return {
         entry["topic"]: TopicShape(
             len(entry["partitions"]), min((len(p["replicas"]) for p in entry["partitions"]), default=0)
@@ -330,6 +337,8 @@ async def _resolve(factors: ReplicationFactors, replication: Replication) -> int
     try:
         return await factors.resolve(replication.asked)
     except BrokerDefaultUnknown as error:
+        if error.code == CLUSTER_AUTHORIZATION_FAILED:
+            raise RefusedOperation(Resource.CLUSTER, "DescribeConfigs", CLUSTER) from error
         raise ConfigError(
             f"{replication.setting}: -1 asks for the broker's default.replication.factor, which it did not tell "
             f"({error}): set a number of replicas"
@@ -369,6 +378,8 @@ async def _create(
                 f"{replication[topic].setting}: {what} {topic} cannot be created with {replicas[topic]} "
                 f"replicas: {message}"
             )
+        if code == TOPIC_AUTHORIZATION_FAILED:
+            raise RefusedOperation(Resource.TOPIC, "Create", topic)
         if code not in (0, TOPIC_EXISTS):
             raise ConfigError(f"{what} {topic} could not be created: {message} (error {code})")
         if code == 0:

@@ -138,5 +138,7 @@ def main(argv: list[str]) -> int:
         print("error: --to must come after --from", file=sys.stderr)
         return 2
     return run(
-        args.app, lambda: asyncio.run(replay_command(connect(args.app, start_local_broker=False), args, sys.stdout))
+        args.app,
+        lambda: asyncio.run(replay_command(connect(args.app, start_local_broker=False), args, sys.stdout)),
+        topic_operation="Read",
     )

@@ -8,13 +8,17 @@ from collections.abc import Coroutine
 from typing import Any
 
 from runtime.errors import EngineError, StopAbandoningCommit, StopAfterCommit
+from runtime.kafka.authorization import Authorization
 from stores import StoreError
 
 log = logging.getLogger(__name__)
 
 
 class Outcome:
-    def __init__(self) -> None:
+    """`authorization` tells a refused permission as the ACL to grant, whichever part of the worker met it."""
+
+    def __init__(self, authorization: Authorization | None = None) -> None:
+        self._authorization = authorization
         self.failure: BaseException | None = None
         self._stop = asyncio.Event()
         self._abandon = asyncio.Event()
@@ -33,6 +37,8 @@ class Outcome:
 
     def fail(self, error: BaseException, what: str = "the worker") -> None:
         """Record a failure and stop; later failures are logged only, as they usually follow from it."""
+        if self._authorization is not None:
+            error = self._authorization.translated(error)
         if not isinstance(error, EngineError | StoreError):  # their messages say it all; others need a trace
             log.error("%s failed", what, exc_info=error)
         if self.failure is None:

@@ -32,6 +32,7 @@ from runtime.guarantees.store_checkpoints import StoreCheckpoints
 from runtime.guarantees.transactions import ExactlyOnce
 from runtime.health import HealthServer, Probes
 from runtime.kafka.aiokafka_internals import consumer_client
+from runtime.kafka.authorization import Authorization
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.election import Election, Singleton
 from runtime.kafka.outages import OUTAGES, report_outages
@@ -106,7 +107,8 @@ class Worker:
         self._clients = Clients(config, bootstrap_servers)
         self.global_stores = GlobalStores(config, self._clients, self.counters)
         self._until_caught_up = until_caught_up
-        self._outcome = Outcome()
+        self._authorization = Authorization.of(bootstrap_servers, config.kafka, config)
+        self._outcome = Outcome(self._authorization)
         self.deadline = StopDeadline(config.shutdown_timeout_s)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._assignment: Assignment | None = None
@@ -151,6 +153,11 @@ class Worker:
             await self._run()
         except StoppedStarting:
             log.warning("stopped while %s, before it processed anything", self.readiness.phase)
+        except Exception as error:
+            denied = self._authorization.translated(error)
+            if denied is error:
+                raise
+            raise WorkerFailed(str(denied)) from error
         finally:
             if beat is not None:
                 beat.cancel()

@@ -38,6 +38,7 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit
 from runtime.kafka.aiokafka_internals import batch_append, set_record_count, transaction_error
+from runtime.kafka.authorization import AUTHORIZATION_ERRORS
 from runtime.kafka.record_limits import REFUSALS, HeaderList, Headers, Limits, record_size
 from runtime.telemetry.trace_headers import TRACEPARENT, TRACEPARENT_CLASS, fields_of
 from stores.partitioner import KAFKA_SEED, POSITIVE, murmurhash2, partition_for
@@ -312,9 +313,9 @@ class Outputs:
             builder.close()
             try:
                 future = await self.producer.send_batch(builder, topic, partition=partition)
-            except IllegalOperation as error:  # the transaction broke: its cause is what the caller must see
+            except IllegalOperation as error:  # the transaction broke; a refused permission is what to tell
                 broke = transaction_error(self.producer)
-                if broke is None:
+                if not isinstance(broke, AUTHORIZATION_ERRORS):
                     raise
                 raise broke from error
             full.popleft()

@@ -26,12 +26,8 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if configured:
         yield configured
         return
-    broker = LocalBroker(data_dir=Path(tmp_path_factory.mktemp("kafka")))
-    broker.start()
-    try:
+    with LocalBroker(data_dir=Path(tmp_path_factory.mktemp("kafka"))) as broker:
         yield broker.bootstrap_servers
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="session")

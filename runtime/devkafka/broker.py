@@ -232,6 +232,14 @@ class LocalBroker:
             return ""
         return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
 
+    def __enter__(self) -> LocalBroker:
+        """Started, for a `with` block that stops it at its end (a test's fixture)."""
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
     def stop(self, timeout: float = 30.0) -> None:
         if self.process is None:
             return

@@ -60,6 +60,14 @@ class LocalCluster:
             self.stop()
             raise
 
+    def __enter__(self) -> LocalCluster:
+        """Started, for a `with` block that stops it at its end (a test's fixture)."""
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
     def stop(self, timeout: float = 30.0) -> None:
         """All nodes at once: one by one, the last would wait for a quorum that is gone."""
         with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:

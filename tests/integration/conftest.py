@@ -30,24 +30,16 @@ def stop_spawned_workers() -> Iterator[None]:
 @pytest.fixture
 def private_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     """A broker of this test alone, which it may stop and start again (the session's is shared)."""
-    broker = LocalBroker(data_dir=tmp_path_factory.mktemp("private-kafka"))
-    broker.start()
-    try:
+    with LocalBroker(data_dir=tmp_path_factory.mktemp("private-kafka")) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="module")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """Three brokers on 127.0.0.1 (PLAINTEXT), each a voter of the KRaft quorum, for the tests of one module:
     they may kill, stop, wipe and restart its nodes, as long as each test leaves every node running."""
-    cluster = LocalCluster(tmp_path_factory.mktemp("kafka-cluster"), size=3)
-    cluster.start()
-    try:
+    with LocalCluster(tmp_path_factory.mktemp("kafka-cluster"), size=3) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="session")
@@ -67,9 +59,7 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBro
     `security` holds the throwaway CA's files and the users `admin` and `alice` with their passwords."""
     certificates = make_certificates(tmp_path_factory.mktemp("certificates"))
     users = {"admin": secrets.token_hex(12), "alice": secrets.token_hex(12)}
-    broker = LocalBroker(data_dir=tmp_path_factory.mktemp("secured-kafka"), security=Security(certificates, users))
-    broker.start()
-    try:
+    with LocalBroker(
+        data_dir=tmp_path_factory.mktemp("secured-kafka"), security=Security(certificates, users)
+    ) as broker:
         yield broker
-    finally:
-        broker.stop()

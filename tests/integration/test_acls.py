@@ -73,12 +73,10 @@ class GrantedApp:
 def acl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     certificates = make_certificates(tmp_path_factory.mktemp("certificates"))
     users = {ADMIN: secrets.token_hex(12), USER: secrets.token_hex(12)}
-    broker = LocalBroker(data_dir=tmp_path_factory.mktemp("acl-kafka"), security=AclsRequired(certificates, users))
-    broker.start()
-    try:
+    with LocalBroker(
+        data_dir=tmp_path_factory.mktemp("acl-kafka"), security=AclsRequired(certificates, users)
+    ) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import ssl
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, FilePath, HttpUrl, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, FilePath, HttpUrl, SecretStr, field_validator, model_validator
 
 from stores.oauth_tokens import ClientCredentialsTokens
 
@@ -73,6 +73,14 @@ class OAuthConfig(Strict):
     client_id: str
     client_secret: SecretStr
     scope: str | None = None
+
+    @field_validator("token_endpoint")
+    @classmethod
+    def _no_credentials_in_the_url(cls, url: HttpUrl) -> HttpUrl:
+        """The endpoint is named in messages (a refused token); its credentials belong in the secret."""
+        if url.username is not None or url.password is not None:
+            raise ValueError("the URL holds credentials: give them as client_id and client_secret")
+        return url
 
 
 class SaslConfig(Strict):

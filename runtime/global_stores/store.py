@@ -7,7 +7,6 @@ import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from runtime.config import AppConfig, ErrorPolicy, GlobalStoreConfig
 from runtime.counters import Counters
 from runtime.global_stores.changes import ChangeMaker, Failed
 from runtime.kafka.outputs import Outputs
+from runtime.task.event_time_bounds import moment
 from runtime.task.failures import FailureHandler, Stage
 from stores import (
     Backend,
@@ -52,8 +52,9 @@ class ApplyFailure:
     stack_trace: str
 
     def __str__(self) -> str:
-        written = datetime.fromtimestamp(self.timestamp / 1000, UTC).isoformat(timespec="milliseconds")
-        return f"{self.topic}[{self.partition}]@{self.offset} ({written}) key={self.key!r}: {self.message}"
+        return (
+            f"{self.topic}[{self.partition}]@{self.offset} ({moment(self.timestamp)}) key={self.key!r}: {self.message}"
+        )
 
 
 class GlobalStore:

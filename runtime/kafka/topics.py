@@ -351,7 +351,10 @@ async def _warn_below(
     """An internal topic made before (by hand, or with another setting) keeps its replicas: one line each
     where they are fewer than asked, since a lost broker can then lose the state it holds."""
     for topic, shape in sorted(existing.items()):
-        asked = await _resolve(factors, replication[topic])
+        try:
+            asked = await factors.resolve(replication[topic].asked)
+        except BrokerDefaultUnknown:  # a topic that exists needs no default: nothing to compare with
+            return
         if shape.replicas < asked:
             log.warning(
                 "topic %s has %d replica%s, fewer than the %d %s asks: it is left as it is "

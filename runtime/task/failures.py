@@ -164,10 +164,6 @@ class FailureHandler:
             ) from error
         self.handle(Stage.PROCESSING, processor, raw, refusal, outputs)
 
-    def error_headers(self, stage: Stage, processor: str, raw: Any, error: BaseException) -> list[tuple[str, bytes]]:
-        """What went wrong and where the record came from."""
-        return self._error_headers(self._cause(stage, processor, error, raw.topic), raw, error)
-
     @staticmethod
     def _error_headers(cause: _Cause, raw: Any, error: BaseException) -> list[tuple[str, bytes]]:
         return [

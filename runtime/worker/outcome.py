@@ -9,6 +9,7 @@ from typing import Any
 
 from runtime.errors import EngineError, StopAbandoningCommit, StopAfterCommit
 from runtime.kafka.authorization import Authorization
+from runtime.worker.stop_deadline import UNWIND_S
 from stores import StoreError
 
 log = logging.getLogger(__name__)
@@ -74,5 +75,6 @@ class Outcome:
             abandoned.cancel()
             if not running.done():
                 running.cancel()
+                await asyncio.wait([running], timeout=UNWIND_S)  # its `finally` runs, what it raises is read
         if running.done() and not running.cancelled():
             running.result()  # its exception, as if it had been awaited

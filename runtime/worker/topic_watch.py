@@ -10,6 +10,7 @@ topic nothing has written since it went. One metadata request each time, never o
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,6 +26,9 @@ SUSPECT_S = 0.5
 """How soon a topic the client said is missing is looked up."""
 CHECK_S = 5.0
 """How often every topic is."""
+CONFIRM_S = 2.0
+"""How long a topic must stay missing before it counts as deleted: on a cluster, a broker may not know yet
+of a topic another broker has just created, and answers as if it did not exist."""
 
 
 class TopicDeleted(StopAbandoningCommit):
@@ -37,6 +41,7 @@ class TopicWatch:
         self._new_admin = new_admin
         self._bootstrap = bootstrap
         self._uses = uses
+        self._missing_since: dict[str, float] = {}
 
     async def run(self) -> None:
         """Until cancelled, or a topic is found deleted: `TopicDeleted`."""
@@ -60,9 +65,12 @@ class TopicWatch:
             described: list[dict[str, Any]] = await admin.describe_topics(topics)
         except KafkaError:
             return  # Kafka unreachable: told as an outage, and asked again next time
-        deleted = sorted(entry["topic"] for entry in described if entry["error_code"] == UNKNOWN_TOPIC)
-        for topic in set(topics) - set(deleted):
+        missing = {entry["topic"] for entry in described if entry["error_code"] == UNKNOWN_TOPIC}
+        for topic in set(topics) - missing:
             MISSING_TOPICS.present(topic)
+            self._missing_since.pop(topic, None)
+        now = time.monotonic()
+        deleted = sorted(t for t in missing if now - self._missing_since.setdefault(t, now) >= CONFIRM_S)
         if deleted:
             folded = sum(MISSING_TOPICS.folded[topic] for topic in deleted)
             raise TopicDeleted(

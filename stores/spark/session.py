@@ -20,6 +20,9 @@ for 4.2.0 (newest there: 4.0.0 and 4.1.0-preview1). It is excluded from resoluti
 jar is added by URL instead; the source uses only its config helpers, unchanged since."""
 
 
+SECRET_OPTIONS = r"(?i)secret|password|token|access[.]key|url|jaas|keystore|key[.]password"
+
+
 def spark_session(app_name: str, master: str | None = None, *, kafka: bool = False) -> SparkSession:
     """`master=None` leaves the master to spark-submit (or Spark's default, local[*])."""
     # The local SparkContext takes its workers' interpreter from the environment only.
@@ -31,6 +34,10 @@ def spark_session(app_name: str, master: str | None = None, *, kafka: bool = Fal
         builder.config("spark.pyspark.python", sys.executable)
         .config("spark.pyspark.driver.python", sys.executable)
         .config("spark.ui.enabled", "false")
+        # The Kafka source's and sink's options hold the SASL login (its password inline) and a client key's
+        # PEM text: plans, logs and events show them redacted, as Spark does its own secrets.
+        .config("spark.sql.redaction.options.regex", SECRET_OPTIONS)
+        .config("spark.redaction.regex", SECRET_OPTIONS)
     )
     if kafka:
         builder = (

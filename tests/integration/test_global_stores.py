@@ -213,7 +213,7 @@ async def test_a_malformed_row_is_recorded_and_the_store_goes_on(
         and "Traceback" in failures[0].stack_trace
     )
     assert failures[1].message == "KeyError: 'terminalId'" and "terminals.py" in failures[1].stack_trace
-    written = datetime.fromtimestamp(failures[1].timestamp / 1000, UTC).isoformat(timespec="milliseconds")
+    written = datetime.fromtimestamp(failures[1].timestamp / 1000, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
     assert (
         str(failures[1]) == f"{names.table}[0]@{failures[1].offset} ({written}) key=b'T000008': KeyError: 'terminalId'"
     )

@@ -94,3 +94,20 @@ class Rejecting(Transform):
     def process(self, record: Record, ctx: Context) -> None:
         super().process(record, ctx)
         raise ValueError(f"rejected record {record.key}")
+
+
+class StampedCount(CountPerKey):
+    """`CountPerKey`, each output also naming the worker that processed it and when (time.time()).
+
+    params: `output`, `worker`.
+    """
+
+    def init(self, ctx: Context) -> None:
+        super().init(ctx)
+        self._worker = str(ctx.params["worker"])
+
+    def process(self, record: Record, ctx: Context) -> None:
+        count = (self._counts.get(record.key) or 0) + 1
+        self._counts.put(record.key, count)
+        value = {"key": record.key, "count": count, "worker": self._worker, "at": time.time()}
+        ctx.send(self._output, value, key=record.key)

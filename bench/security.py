@@ -5,7 +5,9 @@ stateless Transform and the counting app with a RocksDB store and its changelog.
 
 One broker with secured listeners (`runtime/devkafka/secured.py`, a throwaway CA) serves all three, so
 the broker, its data and its settings are the same and only the connection differs. Runs alternate
-between the listeners, so other load on the machine weighs on each alike. Every client of the app (its
+between the listeners, each round in another order after one uncounted warm-up run, so that other load
+on the machine weighs on each alike. Besides the runtime's CPU time, the broker's (its JVM's, over each
+run) is measured: TLS and SCRAM cost it too. Every client of the app (its
 consumer, producers, admin client, changelog) connects through the listener under test
 (`kafka.security`); the input is filled, and the outputs counted, over PLAINTEXT.
 """
@@ -163,9 +165,11 @@ def main() -> None:
         print(f"filling {input_topic} ({args.partitions} partitions) with {records:,} records ...")
         rate = asyncio.run(fill_topic(broker.bootstrap_servers, input_topic, records, args.partitions, args.keys))
         print(f"  produced at {rate:,.0f} rec/s")
+        print("warming up (one stateless run over PLAINTEXT, not counted) ...")
+        run_one("stateless", broker, listeners[0], input_topic, args, workdir)
         for number in range(1, args.runs + 1):
             for app in APPS:
-                for listener in listeners:
+                for listener in listeners[number % 3 :] + listeners[: number % 3]:  # none always first
                     run = run_one(app, broker, listener, input_topic, args, workdir)
                     runs[app][listener.name].append(run)
                     described = describe(f"{app:9} {listener.name:9}", run.app, records)

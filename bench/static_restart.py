@@ -7,8 +7,10 @@ Three `python -m runtime` processes of one counting app (a RocksDB store with a 
 a state directory of its own as on separate hosts, read an input fed at `--rate` records/s. One is
 stopped with SIGTERM and started again as soon as it has exited. Its outputs name the incarnation
 that wrote them and when (`bench.processors:StampedCount`), so the pause is the time from its SIGTERM
-to the earliest output of the new incarnation. The other two count as disturbed by each `revoked`
-line they log after the SIGTERM; the restarted one restored when it logs `restoring store`.
+to the earliest output of the new incarnation; the other two's stall is the longest time either
+wrote nothing from then on (at 300 records/s each writes every few milliseconds otherwise), and
+each `revoked` line they log after the SIGTERM counts. The restarted one restored when it logs
+`restoring store`, and found its store current when it logs `is up to date`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import asdict, dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,7 @@ class Restart:
 
     pause_s: float
     exit_s: float  # from its SIGTERM until the old process exited
+    others_stall_s: float  # the longest time either of the other two wrote nothing, from the SIGTERM on
     others_revoked: int
     restored_partitions: int
     up_to_date_partitions: int
@@ -66,6 +70,7 @@ class Outputs:
             topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest", enable_auto_commit=False
         )
         self.first: dict[str, float] = {}
+        self.times: dict[str, list[float]] = {}
 
     async def __aenter__(self) -> Outputs:
         await self._consumer.start()
@@ -80,6 +85,12 @@ class Outputs:
                 value = msgpack.unpackb(record.value)
                 worker, at = str(value["worker"]), float(value["at"])
                 self.first[worker] = min(at, self.first.get(worker, at))
+                self.times.setdefault(worker, []).append(at)
+
+    def longest_gap(self, worker: str, start: float) -> float:
+        """The longest time from `start` on in which `worker` wrote nothing: how long it stood still."""
+        times = sorted([start, *(at for at in self.times.get(worker, []) if at >= start)])
+        return max(later - earlier for earlier, later in pairwise(times))
 
     async def wait_for(self, workers: list[str], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -147,9 +158,11 @@ def one_restart(bootstrap: str, variant: str, args: argparse.Namespace, workdir:
                 await outputs.wait_for([f"{RESTARTED}-2"], timeout_s=args.session_timeout_ms / 1000 + 120)
                 await outputs.drain_for(SETTLE_S)
                 others = [processes[w] for w in WORKERS if w != RESTARTED]
+                stall = max(outputs.longest_gap(f"{w}-1", stopped_at) for w in WORKERS if w != RESTARTED)
                 return Restart(
                     pause_s=outputs.first[f"{RESTARTED}-2"] - stopped_at,
                     exit_s=exited_at - stopped_at,
+                    others_stall_s=stall,
                     others_revoked=sum(lines_after(p, stopped_at, "revoked ") for p in others),
                     restored_partitions=lines_after(new, stopped_at, "restoring store"),
                     up_to_date_partitions=lines_after(new, stopped_at, "is up to date"),
@@ -168,7 +181,8 @@ def one_restart(bootstrap: str, variant: str, args: argparse.Namespace, workdir:
 
 def describe(restart: Restart) -> str:
     return (
-        f"pause {restart.pause_s:5.2f} s (exit {restart.exit_s:4.2f} s), others revoked {restart.others_revoked}x, "
+        f"pause {restart.pause_s:5.2f} s (exit {restart.exit_s:4.2f} s), "
+        f"others stalled {restart.others_stall_s:5.2f} s and revoked {restart.others_revoked}x, "
         f"restored {restart.restored_partitions} partitions, {restart.up_to_date_partitions} up to date"
     )
 
@@ -187,6 +201,7 @@ def main() -> None:
         variant: {
             "pause_s": median([r.pause_s for r in restarts]),
             "exit_s": median([r.exit_s for r in restarts]),
+            "others_stall_s": median([r.others_stall_s for r in restarts]),
             "others_revoked": median([r.others_revoked for r in restarts]),
             "restored_partitions": median([r.restored_partitions for r in restarts]),
             "up_to_date_partitions": median([r.up_to_date_partitions for r in restarts]),
@@ -196,7 +211,8 @@ def main() -> None:
     print(f"median of {args.runs}, {len(WORKERS)} workers, {args.partitions} partitions, {args.rate:,.0f} rec/s in:")
     for variant, figures in summary.items():
         print(
-            f"  {variant:7}: pause {figures['pause_s']:.2f} s (exit {figures['exit_s']:.2f} s), others revoked "
+            f"  {variant:7}: pause {figures['pause_s']:.2f} s (exit {figures['exit_s']:.2f} s), others stalled "
+            f"{figures['others_stall_s']:.2f} s and revoked "
             f"{figures['others_revoked']:g}x, restored {figures['restored_partitions']:g} partitions, "
             f"{figures['up_to_date_partitions']:g} up to date"
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -176,6 +177,8 @@ def one_restart(bootstrap: str, variant: str, args: argparse.Namespace, workdir:
     finally:
         for process in processes.values():
             process.terminate()
+        for worker in WORKERS:
+            shutil.rmtree(workdir / f"{spec.app_id}-{worker}-state", ignore_errors=True)
         asyncio.run(delete_topics(bootstrap, [input_topic, output_topic, f"{spec.app_id}-counts-changelog"]))
 
 

@@ -190,8 +190,8 @@ class Worker:
 
     async def _run(self) -> None:
         admin = self._clients.admin()
-        await self._unless_stopped(start_with_retries("admin client", self._clients.bootstrap_servers, admin.start))
-        try:
+        try:  # closed however far its start got
+            await self._unless_stopped(start_with_retries("admin client", self._clients.bootstrap_servers, admin.start))
             await self._unless_stopped(refuse_recreating_read_topics(admin, self.config))
             partition_counts = await self._unless_stopped(ensure_topics(admin, self.config))
             self._limits = await self._unless_stopped(describe_limits(admin, self.config, sorted(partition_counts)))
@@ -233,9 +233,9 @@ class Worker:
         consumer = self._clients.group_consumer(sum(partition_counts[topic] for topic in self.config.input_topics()))
         failures = self._failure_handler()
         bootstrap = self._clients.bootstrap_servers
-        if producer is not None:
-            await self._unless_stopped(start_with_retries("producer", bootstrap, producer.start))
-        try:
+        try:  # the producer stopped however far its start got
+            if producer is not None:
+                await self._unless_stopped(start_with_retries("producer", bootstrap, producer.start))
             await self._unless_stopped(start_with_retries("consumer", bootstrap, consumer.start))
             try:
                 async with asyncio.TaskGroup() as group:

@@ -7,10 +7,9 @@ broker takes -1 in CreateTopics from version 4 on, but aiokafka sends version 3 
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from stores.broker_configs import BrokerConfigsRefused, broker_configs
 
 BROKER_DEFAULT = -1
 DEFAULT_REPLICATION_FACTOR = "default.replication.factor"
@@ -42,18 +41,10 @@ class ReplicationFactors:
 
 
 async def broker_default(admin: AIOKafkaAdminClient) -> int:
-    """`default.replication.factor` as the controller the metadata names has it (the topic's creator
-    in a ZooKeeper cluster; in KRaft the brokers and controllers share the setting)."""
-    cluster: dict[str, Any] = await admin.describe_cluster()
-    broker = cluster["controller_id"] if cluster["controller_id"] >= 0 else cluster["brokers"][0]["node_id"]
-    wanted = ConfigResource(ConfigResourceType.BROKER, str(broker), {DEFAULT_REPLICATION_FACTOR: None})
-    for response in await admin.describe_configs([wanted]):
-        for code, message, _, _, entries in response.resources:
-            if code != 0:
-                raise BrokerDefaultUnknown(
-                    f"broker {broker} did not tell its {DEFAULT_REPLICATION_FACTOR}: {message} (error {code})", code
-                )
-            for entry in entries:
-                if entry[0] == DEFAULT_REPLICATION_FACTOR and entry[1] is not None:
-                    return int(entry[1])
-    return 1  # Kafka's own default, when a broker does not say
+    """`default.replication.factor` as the cluster has it (the topic's creator in a ZooKeeper cluster; in
+    KRaft the brokers and controllers share the setting)."""
+    try:
+        value = (await broker_configs(admin, [DEFAULT_REPLICATION_FACTOR])).get(DEFAULT_REPLICATION_FACTOR)
+    except BrokerConfigsRefused as refused:
+        raise BrokerDefaultUnknown(str(refused), refused.code) from refused
+    return 1 if value is None else int(value)  # Kafka's own default, when a broker does not say

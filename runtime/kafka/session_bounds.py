@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
 from runtime.config import AppConfig, ConfigError
+from stores.broker_configs import BrokerConfigsRefused, broker_configs
 
 log = logging.getLogger(__name__)
 
@@ -42,18 +41,11 @@ def check_session_timeout(asked_ms: int, broker_configs: Mapping[str, str | None
 
 
 async def require_session_timeout_allowed(admin: AIOKafkaAdminClient, config: AppConfig) -> None:
-    """Check the app's session timeout against one broker's bounds; when they cannot be read (no
+    """Check the app's session timeout against the broker's bounds; when they cannot be read (no
     DescribeConfigs permission), the join itself is the check."""
     try:
-        brokers = (await admin.describe_cluster())["brokers"]
-        resource = ConfigResource(ConfigResourceType.BROKER, str(brokers[0]["node_id"]), dict.fromkeys(BOUNDS))
-        responses = await admin.describe_configs([resource])
-    except (KafkaError, IndexError, KeyError) as error:
+        bounds = await broker_configs(admin, BOUNDS)
+    except (KafkaError, BrokerConfigsRefused, IndexError, KeyError) as error:
         log.debug("the broker's session timeout bounds could not be read: %r", error)
         return
-    configs: dict[str, Any] = {}
-    for response in responses:
-        for code, _, _, _, entries in response.resources:
-            if code == 0:
-                configs |= {entry[0]: entry[1] for entry in entries}
-    check_session_timeout(session_timeout_ms(config), configs)
+    check_session_timeout(session_timeout_ms(config), bounds)

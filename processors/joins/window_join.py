@@ -2,14 +2,17 @@
 `time_difference_ms` apart are joined, as Kafka Streams' KStream-KStream join with
 `JoinWindows.ofTimeDifferenceAndGrace`.
 
-Each side's records wait in a window store of their own, under (key, timestamp), for the other side's
-records of their window: a record is joined with every record of the other side already there, and waits
-for those to come, until its window closes, `time_difference_ms + grace_ms` after its timestamp in stream
-time. A record that comes after its window closed is late: counted (`late_records`) and dropped. A left
-(or outer) join sends a left (or either) record that never met one of the other side, with null for the
-other side, only once its window closed, so no record is sent with null and then joined after all
-(KIP-633). The task takes both inputs in timestamp order, so the results do not depend on which input
-Kafka got first.
+With D the difference and G the grace, and stream time the largest timestamp taken so far: a record of
+time t joins the other side's records of times t - D to t + D. It is late, counted (`late_records`) and
+dropped, when t + D + G is before stream time: its window closed. Each side's records wait in a window
+store of their own, under (key, timestamp), for the other side's records of their window; an on-time
+record of the other side is at least stream time - D - G, so one that can meet a record of time t comes
+as long as stream time is at most t + 2D + G, and the stores keep each record that long (their retention,
+2D + G + 1, is the same for every kind of join). A left (or outer) join sends a left (or either) record
+that met none of the other side, with null for the other side, only once stream time passed t + 2D + G,
+so no record is sent with null and then joined after all, and no record that met one is sent with null.
+The task takes both inputs in timestamp order, so the results do not depend on which input Kafka got
+first.
 """
 
 from __future__ import annotations
@@ -52,8 +55,14 @@ class WindowJoinParams(BaseModel):
 
     @property
     def closes_after_ms(self) -> int:
-        """How long after its timestamp, in stream time, a record's window closes."""
+        """How long after its timestamp, in stream time, a record's window closes: later, it is late."""
         return self.time_difference_ms + self.grace_ms
+
+    @property
+    def unmatchable_after_ms(self) -> int:
+        """How long after its timestamp, in stream time, an on-time record of the other side may still meet
+        a record: the latest (timestamp + difference) comes on time until its own window closes."""
+        return 2 * self.time_difference_ms + self.grace_ms
 
 
 class WindowJoin(Processor):
@@ -64,14 +73,15 @@ class WindowJoin(Processor):
 
     @classmethod
     def stores_for(cls, params: Any, name: str) -> Mapping[str, Mapping[str, Any]]:
-        """A window store per side, keeping a record as long as another may still join it."""
-        retention = 2 * params.time_difference_ms + params.grace_ms + 1
+        """A window store per side, keeping a record as long as an on-time record may still join it."""
+        retention = params.unmatchable_after_ms + 1
         return {f"{name}-{side}": {"kind": "window", "retention_ms": retention} for side in ("left", "right")}
 
     def init(self, ctx: Context) -> None:
         params = self.Params.model_validate(ctx.params)
         self.left_topic, self.output = params.left, params.output
         self.difference, self.closes_after = params.time_difference_ms, params.closes_after_ms
+        self.unmatchable_after = params.unmatchable_after_ms
         self.left = ctx.window_store(f"{ctx.processor_name}-left")
         self.right = ctx.window_store(f"{ctx.processor_name}-right")
         self.sent_alone = {"inner": (), "left": (self.left,), "outer": (self.left, self.right)}[params.join]
@@ -82,8 +92,8 @@ class WindowJoin(Processor):
         if timestamp + self.closes_after < stream_time:
             ctx.count(LATE)
             return
-        if timestamp > stream_time:  # first, while the stores still hold what closes now
-            self._send_closed_alone(ctx, stream_time, timestamp)
+        if timestamp > stream_time:  # first, while the stores still hold what becomes unmatchable now
+            self._send_unmatchable_alone(ctx, stream_time, timestamp)
         own.advance(timestamp)
         other.advance(timestamp)
         met = False
@@ -95,17 +105,17 @@ class WindowJoin(Processor):
             met = True
         own.put(record.key, timestamp, [*own.get(record.key, timestamp, []), [record.value, met]])
 
-    def _send_closed_alone(self, ctx: Context, before: int, stream_time: int) -> None:
-        """The records whose windows close as stream time moves from `before` to `stream_time` and that met
-        none of the other side: sent alone (left and outer joins), and forgotten. (None of them could meet
-        the record that moves it: that one is at least `time_difference_ms + grace_ms` younger.)"""
-        closed_from, closed_to = before - self.closes_after, stream_time - self.closes_after - 1
+    def _send_unmatchable_alone(self, ctx: Context, before: int, stream_time: int) -> None:
+        """The records no on-time record can meet once stream time moves from `before` to `stream_time`
+        and that met none of the other side: sent alone (left and outer joins). All of them are taken from
+        the store, met or not: nothing can join them any more. (None of them could meet the record that
+        moves stream time: that one is more than twice the difference plus the grace younger.)"""
+        unmatchable_from, unmatchable_to = before - self.unmatchable_after, stream_time - self.unmatchable_after - 1
         for store in self.sent_alone:
-            for key, timestamp, waiting in list(store.fetch_all(closed_from, closed_to)):
+            for key, timestamp, waiting in store.take_all(unmatchable_from, unmatchable_to):
                 for value, met in waiting:
                     if not met:
                         self._send(ctx, key, value, None, store is self.left, timestamp)
-                store.delete(key, timestamp)
 
     def _send(self, ctx: Context, key: Any, value: Any, other: Any, value_is_left: bool, timestamp: int) -> None:
         joined = {"left": value, "right": other} if value_is_left else {"left": other, "right": value}

@@ -1,11 +1,14 @@
 """The stream-stream join on a real broker: two co-partitioned topics written to Kafka one after the other,
 taken in timestamp order by each task, joined within the time difference, and the result equal to the
-plain-Python join of each partition's records."""
+plain-Python join of each partition's records; and an outer join of records out of order, restored from
+its changelogs between two runs, that loses no pair and sends no joined record alone."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -37,7 +40,7 @@ def events(count: int, start: int) -> list[Event]:
     return out
 
 
-@pytest.mark.parametrize("join", ["inner", "outer"])
+@pytest.mark.parametrize("join", ["inner", "left", "outer"])
 async def test_each_partitions_pairs_within_the_difference_are_joined(
     kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path, join: str
 ) -> None:
@@ -84,3 +87,54 @@ async def test_each_partitions_pairs_within_the_difference_are_joined(
         mine = [event for event in given if partition_for(event[1].encode(), PARTITIONS) == partition]
         expected += reference(mine, DIFFERENCE, GRACE, join)
     assert found == expected
+
+
+async def test_an_outer_join_restored_between_records_out_of_order_loses_no_pair(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    """Exactly-once, and the state deleted between the two runs, so the second restores both stores from
+    their changelogs: the records that met one before the restart are still there for on-time records
+    out of order, and only the record that met none is sent alone."""
+    topics = {"L": topic_name("left"), "R": topic_name("right"), "out": topic_name("joined")}
+    for topic in topics.values():
+        await create_topic(kafka_bootstrap, topic, 1)
+    start = time.time_ns() // 1_000_000 - 3_600_000
+    app = parse_app({
+        "app_id": topic_name("app"),
+        "kafka": {"bootstrap_servers": kafka_bootstrap},
+        "guarantee": "exactly_once",
+        "topics": {topic: {"partitions": 1, "key_serde": "str", "value_serde": "json"} for topic in topics.values()},
+        "processors": [{
+            "name": "join",
+            "class": "processors.joins:WindowJoin",
+            "inputs": [topics["L"], topics["R"]],
+            "outputs": [topics["out"]],
+            "params": {"left": topics["L"], "right": topics["R"], "time_difference_ms": 10, "join": "outer",
+                       "output": topics["out"]},
+        }],
+        "state_dir": str(tmp_path / "state"),
+        "max_task_idle_ms": 2000,
+    })  # fmt: skip
+
+    async def run(records: list[tuple[str, str, str, int]]) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+        await producer.start()
+        try:
+            for side, key, value, at in records:
+                await producer.send(topics[side], json.dumps(value).encode(), key=key.encode(), timestamp_ms=start + at)
+            await producer.flush()
+        finally:
+            await producer.stop()
+        await asyncio.wait_for(Worker(app, kafka_bootstrap, until_caught_up=True).run(), 120)
+
+    await run([("L", "k", "A", 0), ("R", "k", "a", 5), ("L", "z", "Z", 16)])
+    shutil.rmtree(tmp_path / "state")
+    await run([("L", "k", "B", 6), ("R", "k", "b", 6), ("L", "y", "Y", 100)])  # B and b: 6 + 10 is not before 16
+
+    found = Counter(
+        (record.key.decode(), value["left"], value["right"], record.timestamp - start)
+        for record in await read_topic(kafka_bootstrap, topics["out"])
+        for value in [json.loads(record.value)]
+    )
+    pairs = [("k", "A", "a", 5), ("k", "B", "a", 6), ("k", "A", "b", 6), ("k", "B", "b", 6), ("z", "Z", None, 16)]
+    assert found == Counter(pairs)

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, FilePath, HttpUrl, SecretStr, field_validator, model_validator
 
-from stores.oauth_tokens import ClientCredentialsTokens
+from stores.oauth_tokens import ClientCredentials, ClientCredentialsTokens
 
 
 class TlsFilesRefused(ValueError):
@@ -82,6 +82,12 @@ class OAuthConfig(Strict):
             raise ValueError("the URL holds credentials: give them as client_id and client_secret")
         return url
 
+    def tokens(self) -> ClientCredentials:
+        """A fetcher of its own: one per client, as each client has one TLS context."""
+        return ClientCredentials(
+            str(self.token_endpoint), self.client_id, self.client_secret.get_secret_value(), self.scope
+        )
+
 
 class SaslConfig(Strict):
     """A user name and password for PLAIN and SCRAM, `oauth` for OAUTHBEARER, a Kerberos ticket for GSSAPI."""
@@ -142,10 +148,7 @@ def aiokafka_options(security: KafkaSecurity) -> dict[str, Any]:
         options["sasl_mechanism"] = sasl.mechanism.value
         if sasl.mechanism is Mechanism.OAUTHBEARER:
             assert sasl.oauth is not None  # the model requires it
-            oauth = sasl.oauth
-            options["sasl_oauth_token_provider"] = ClientCredentialsTokens(
-                str(oauth.token_endpoint), oauth.client_id, oauth.client_secret.get_secret_value(), oauth.scope
-            )
+            options["sasl_oauth_token_provider"] = ClientCredentialsTokens(sasl.oauth.tokens())
         elif sasl.mechanism is Mechanism.GSSAPI:
             options["sasl_kerberos_service_name"] = sasl.kerberos_service_name
             options["sasl_kerberos_domain_name"] = sasl.kerberos_domain_name

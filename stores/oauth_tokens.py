@@ -1,10 +1,12 @@
-"""OAUTHBEARER tokens for aiokafka, from an OpenID Connect provider by the client credentials grant."""
+"""Bearer tokens from an OpenID Connect provider by the client credentials grant: OAUTHBEARER's for aiokafka,
+and the schema registry's."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -20,12 +22,13 @@ DEFAULT_LIFETIME_S = 300.0
 
 
 class TokenRefused(KafkaError):  # type: ignore[misc]
-    """The OIDC provider gave no token for the client credentials: the broker was never asked."""
+    """The OIDC provider gave no token for the client credentials: the server that wants it was never asked."""
 
 
-class ClientCredentialsTokens(AbstractTokenProvider):  # type: ignore[misc]
+class ClientCredentials:
     """Tokens from a token endpoint by the client credentials grant (RFC 6749 4.4), each kept until most of its
-    lifetime has passed, so one fetch serves every connection of the process meanwhile."""
+    lifetime has passed, so one fetch serves every caller of the process meanwhile. `token()` blocks while it
+    fetches; a caller on an event loop takes `cached()` first, and fetches in a thread."""
 
     def __init__(self, token_endpoint: str, client_id: str, client_secret: str, scope: str | None) -> None:
         self._endpoint = token_endpoint
@@ -34,17 +37,23 @@ class ClientCredentialsTokens(AbstractTokenProvider):  # type: ignore[misc]
         self._scope = scope
         self._token: str | None = None
         self._renew_at = 0.0
-        self._fetching = asyncio.Lock()
+        self._fetching = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"ClientCredentialsTokens({self._endpoint!r}, client_id={self._client_id!r})"
+        return f"ClientCredentials({self._endpoint!r}, client_id={self._client_id!r})"
 
-    async def token(self) -> str:
-        async with self._fetching:
-            if self._token is not None and time.monotonic() < self._renew_at:
-                return self._token
+    def cached(self) -> str | None:
+        """The token fetched last, while it is not yet due to be fetched again."""
+        token = self._token
+        return token if token is not None and time.monotonic() < self._renew_at else None
+
+    def token(self) -> str:
+        with self._fetching:
+            cached = self.cached()
+            if cached is not None:
+                return cached
             fetched_at = time.monotonic()
-            token, lifetime = await asyncio.to_thread(self._fetch)
+            token, lifetime = self._fetch()
             self._token, self._renew_at = token, fetched_at + lifetime * TOKEN_REFRESH_SHARE
             return token
 
@@ -75,3 +84,17 @@ class ClientCredentialsTokens(AbstractTokenProvider):  # type: ignore[misc]
             raise TokenRefused(f"{where} answered with no access_token")
         lifetime = answer.get("expires_in")
         return token, float(lifetime) if isinstance(lifetime, int | float) else DEFAULT_LIFETIME_S
+
+
+class ClientCredentialsTokens(AbstractTokenProvider):  # type: ignore[misc]
+    """aiokafka's OAUTHBEARER token provider: a fetch runs in a thread, so the event loop never waits for it."""
+
+    def __init__(self, tokens: ClientCredentials) -> None:
+        self._tokens = tokens
+
+    def __repr__(self) -> str:
+        return f"ClientCredentialsTokens({self._tokens!r})"
+
+    async def token(self) -> str:
+        cached = self._tokens.cached()
+        return cached if cached is not None else await asyncio.to_thread(self._tokens.token)

@@ -15,6 +15,7 @@ from aiokafka.errors import (
     UnsupportedSaslMechanismError,
 )
 
+from runtime.certificate_faults import CertificateChecks
 from stores.oauth_tokens import TokenRefused
 
 REPORTED = "security_refusal_reported"
@@ -31,22 +32,9 @@ AUTHENTICATION_HINTS: dict[type[Exception], str] = {
     TokenRefused: "check kafka.security.sasl.oauth",
     ssl.SSLCertVerificationError: "the broker's certificate failed verification",
 }
-# The certificate's faults, by OpenSSL's verify code (X509_V_ERR_*): what to do about each.
-CERTIFICATE_HINTS: dict[int, str] = {
-    2: "unknown CA: kafka.security.tls.ca_file (or, when it names none, the system's trust store) does not "
-    "hold the CA that signed it",
-    18: "unknown CA: the certificate is self-signed; name it, or its CA, in kafka.security.tls.ca_file",
-    19: "unknown CA: kafka.security.tls.ca_file (or, when it names none, the system's trust store) does not "
-    "hold the CA that signed it",
-    20: "unknown CA: kafka.security.tls.ca_file (or, when it names none, the system's trust store) does not "
-    "hold the CA that signed it",
-    9: "certificate not yet valid: check this machine's clock",
-    10: "expired certificate: the broker must be given a new one (or this machine's clock is wrong)",
-    62: "hostname mismatch: connect by a name the certificate holds (kafka.bootstrap_servers, the broker's "
-    "advertised listeners)",
-    64: "hostname mismatch: the certificate does not hold this IP address; connect by a name it holds "
-    "(kafka.bootstrap_servers, the broker's advertised listeners)",
-}
+KAFKA_CERTIFICATES = CertificateChecks(
+    "kafka.security.tls", "the broker", "kafka.bootstrap_servers, the broker's advertised listeners"
+)
 
 
 def is_refusal(error: object) -> TypeGuard[Exception]:
@@ -55,8 +43,7 @@ def is_refusal(error: object) -> TypeGuard[Exception]:
 
 def hint(refusal: Exception) -> str:
     if isinstance(refusal, ssl.SSLCertVerificationError):
-        cause = CERTIFICATE_HINTS.get(refusal.verify_code, "check kafka.security.tls")
-        return f"{refusal.verify_message}: {cause}"
+        return KAFKA_CERTIFICATES.cause(refusal)
     return next(hint for kind, hint in AUTHENTICATION_HINTS.items() if isinstance(refusal, kind))
 
 

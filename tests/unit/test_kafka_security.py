@@ -15,7 +15,7 @@ from runtime.config import ConfigError
 from runtime.devkafka.certificates import Certificates, make_certificates
 from runtime.kafka.security import client_security
 from stores.kafka_security import KafkaSecurity
-from stores.oauth_tokens import TOKEN_REFRESH_SHARE, ClientCredentialsTokens, TokenRefused
+from stores.oauth_tokens import TOKEN_REFRESH_SHARE, ClientCredentials, ClientCredentialsTokens, TokenRefused
 from tests.support.token_endpoint import token_endpoint
 
 
@@ -63,7 +63,7 @@ def test_a_key_without_its_certificate_is_refused(certificates: Certificates) ->
 
 
 def _provider(url: str, secret: str = "secret-77a1") -> ClientCredentialsTokens:
-    return ClientCredentialsTokens(url, "app", secret, None)
+    return ClientCredentialsTokens(ClientCredentials(url, "app", secret, None))
 
 
 async def _tokens(provider: ClientCredentialsTokens, count: int) -> list[str]:

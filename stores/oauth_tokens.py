@@ -24,6 +24,11 @@ DEFAULT_LIFETIME_S = 300.0
 class TokenRefused(KafkaError):  # type: ignore[misc]
     """The OIDC provider gave no token for the client credentials: the server that wants it was never asked."""
 
+    @property
+    def reason(self) -> str:
+        """The refusal in words, without the class name that KafkaError's str puts first."""
+        return str(self.args[0])
+
 
 class ClientCredentials:
     """Tokens from a token endpoint by the client credentials grant (RFC 6749 4.4), each kept until most of its

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from runtime.redaction import USERINFO, redact
+from stores.kafka_security import OAuthConfig, TlsConfig
 
 SubjectNameStrategy = Literal["topic_name", "record_name", "topic_record_name"]
 
@@ -18,8 +19,14 @@ class SchemaRegistryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     url: str
-    username: str | None = None  # HTTP basic authentication, as Confluent's basic.auth.user.info
-    password: str | None = None
+    # HTTPS: the CA the registry's certificate must chain to, a client certificate: as kafka.security.tls.
+    tls: TlsConfig | None = None
+    # One way to authenticate, or none: HTTP basic authentication (as Confluent's basic.auth.user.info), a
+    # bearer token as it is, or bearer tokens from an OIDC token endpoint (as kafka.security.sasl.oauth).
+    username: str | None = None
+    password: SecretStr | None = None
+    token: SecretStr | None = None
+    oauth: OAuthConfig | None = None
     # Register the schema a topic is written with (its `value_schema` file) on first use; false: it must
     # be registered already (a pipeline registers schemas, apps only look them up).
     auto_register: bool = True
@@ -36,3 +43,24 @@ class SchemaRegistryConfig(BaseModel):
         if USERINFO.search(url):
             raise ValueError(f"'{redact(url)}' holds credentials; give them as username and password")
         return url.rstrip("/")
+
+    @model_validator(mode="after")
+    def _one_way_to_authenticate(self) -> SchemaRegistryConfig:
+        given = [
+            name
+            for name, present in (
+                ("username and password", self.username is not None or self.password is not None),
+                ("token", self.token is not None),
+                ("oauth", self.oauth is not None),
+            )
+            if present
+        ]
+        if len(given) > 1:
+            raise ValueError(
+                f"{' and '.join(given)} given: authenticate one way only (username and password, token, or oauth)"
+            )
+        if self.password is not None and self.username is None:
+            raise ValueError("password needs username")
+        if self.tls is not None and not self.url.startswith("https://"):
+            raise ValueError("tls is for an https:// url")
+        return self

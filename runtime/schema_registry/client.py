@@ -3,26 +3,37 @@ client), and a subject's schema registered or looked up.
 
 Calls block: a serde calls from `serialize`/`deserialize`, which are synchronous, and only for an id or a
 subject it has not met before, so the event loop waits for the registry once per schema, not per record.
+
+A registry that refuses the client's security (a certificate that fails verification, credentials it does not
+accept) stops the app with one line naming the registry and the cause: retrying cannot help.
 """
 
 from __future__ import annotations
 
-import base64
 import json
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from runtime.certificate_faults import CertificateChecks
+from runtime.config import ConfigError
 from runtime.config.schema_registry import SchemaRegistryConfig
 from runtime.errors import StopAfterCommit
+from runtime.schema_registry.credentials import credentials
+from stores.kafka_security import TlsConfig, TlsFilesRefused, ssl_context
+from stores.oauth_tokens import TokenRefused
 
 if TYPE_CHECKING:
     from runtime.schema_formats import SchemaType  # cavro and numpy load only for apps that need them
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 NOT_FOUND = 404
+UNAUTHORIZED = 401
+FORBIDDEN = 403
+REGISTRY_CERTIFICATES = CertificateChecks("schema_registry.tls", "the registry", "schema_registry.url")
 
 
 class RegistryUnavailable(StopAfterCommit):
@@ -50,10 +61,8 @@ class RegistryClient:
     def __init__(self, config: SchemaRegistryConfig):
         self._config = config
         self._by_id: dict[int, RegisteredSchema] = {}
-        self._headers = {"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE}
-        if config.username is not None:
-            pair = f"{config.username}:{config.password or ''}".encode()
-            self._headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+        self._credentials = credentials(config)
+        self._tls = _tls_context(config)
 
     @property
     def config(self) -> SchemaRegistryConfig:
@@ -111,24 +120,64 @@ class RegistryClient:
     def _call(self, method: str, path: str, body: dict[str, Any] | None, what: str) -> dict[str, Any] | None:
         """The answer's JSON; None when the registry has no such thing (404)."""
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, headers=self._headers, method=method)
+        request = urllib.request.Request(self.url + path, data=data, headers=self._headers(), method=method)
         try:
-            with urllib.request.urlopen(request, timeout=self._config.timeout_s) as response:
+            with urllib.request.urlopen(request, timeout=self._config.timeout_s, context=self._tls) as response:
                 answer: dict[str, Any] = json.loads(response.read())
                 return answer
         except urllib.error.HTTPError as error:
             detail = _message(error)
             if error.code == NOT_FOUND:
                 return None
-            if error.code < 500:
+            refused = f"the schema registry at {self.url} refused {method} for {what}: {error.code} {detail}"
+            if error.code == UNAUTHORIZED:
+                raise RegistryRefused(f"{refused}: bad credentials: check {self._credentials.field}") from None
+            if error.code == FORBIDDEN:
                 raise RegistryRefused(
-                    f"the schema registry at {self.url} refused {method} for {what}: {error.code} {detail}"
+                    f"{refused}: the registry does not grant it to {self._credentials.field}"
                 ) from None
+            if error.code < 500:
+                raise RegistryRefused(refused) from None
             message = f"the schema registry at {self.url} failed on {what}: {error.code} {detail}"
             raise RegistryUnavailable(message) from None
-        except (urllib.error.URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
-            raise RegistryUnavailable(f"the schema registry at {self.url} cannot be reached ({reason})") from None
+        except urllib.error.URLError as error:
+            raise self._unreached(error.reason) from None
+        except OSError as error:
+            raise self._unreached(error) from None
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE}
+        try:
+            authorization = self._credentials.authorization()
+        except TokenRefused as error:
+            raise RegistryRefused(
+                f"the schema registry at {self.url} was not asked: {error.reason}: check {self._credentials.field}"
+            ) from None
+        if authorization is not None:
+            headers["Authorization"] = authorization
+        return headers
+
+    def _unreached(self, reason: object) -> StopAfterCommit:
+        """A certificate that fails verification, or a handshake the registry broke off, is refused: retrying
+        cannot help. Anything else may pass."""
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            cause = REGISTRY_CERTIFICATES.cause(reason)
+            return RegistryRefused(f"the schema registry at {self.url} failed the TLS handshake: {cause}")
+        if isinstance(reason, ssl.SSLError):
+            return RegistryRefused(
+                f"the schema registry at {self.url} failed the TLS handshake ({reason.reason or reason}): "
+                "check schema_registry.url (https://) and schema_registry.tls"
+            )
+        return RegistryUnavailable(f"the schema registry at {self.url} cannot be reached ({reason})")
+
+
+def _tls_context(config: SchemaRegistryConfig) -> ssl.SSLContext | None:
+    if not config.url.startswith("https://"):
+        return None
+    try:
+        return ssl_context(config.tls or TlsConfig())
+    except TlsFilesRefused as error:
+        raise ConfigError(f"schema_registry.{error}") from None
 
 
 def _quoted(subject: str) -> str:

@@ -15,6 +15,7 @@ from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from pydantic import SecretStr
 
 from runtime.config.schema_registry import SchemaRegistryConfig
 from runtime.schema_registry.client import RegistryClient, RegistryRefused, RegistryUnavailable, SchemaNotFound
@@ -226,19 +227,19 @@ def test_credentials_reach_a_registry_that_asks_for_them_and_schemas_are_fetched
     schema_registry: str, tmp_path: Path
 ) -> None:
     with authenticating_proxy(schema_registry, "app", "s3cret") as (url, passed):
-        writer = RegistryClient(SchemaRegistryConfig(url=url, username="app", password="s3cret"))
+        writer = RegistryClient(SchemaRegistryConfig(url=url, username="app", password=SecretStr("s3cret")))
         topic = fresh_topic()
         serde = registry_serde("avro", writer, topic, "value", schema_file(tmp_path, "v1.avsc", PAYMENT))
         written = [serde.serialize({"id": f"p{n}", "amount": n}) for n in range(50)]
 
-        client = RegistryClient(SchemaRegistryConfig(url=url, username="app", password="s3cret"))
+        client = RegistryClient(SchemaRegistryConfig(url=url, username="app", password=SecretStr("s3cret")))
         reader = registry_serde("avro", client, topic, "value", None)
         assert [reader.deserialize(record)["id"] for record in written] == [f"p{n}" for n in range(50)]
         schema_id = int.from_bytes(written[0][1:5], "big")
         fetched = sum(count for path, count in passed.items() if path.endswith(f"/schemas/ids/{schema_id}"))
         assert fetched == 1, "50 records of one schema: it is fetched once, then taken from the cache"
 
-        wrong = RegistryClient(SchemaRegistryConfig(url=url, username="app", password="guess"))
+        wrong = RegistryClient(SchemaRegistryConfig(url=url, username="app", password=SecretStr("guess")))
         refused = registry_serde("avro", wrong, fresh_topic(), "value", schema_file(tmp_path, "v1.avsc", PAYMENT))
         with pytest.raises(RegistryRefused, match="401"):
             refused.serialize({"id": "p", "amount": 1})

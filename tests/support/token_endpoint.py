@@ -1,5 +1,6 @@
-"""A local OIDC token endpoint for OAUTHBEARER: the client credentials grant, answered with Kafka's
-unsecured JWS tokens (`alg: none`), which the secured local broker accepts."""
+"""A local OIDC token endpoint: the client credentials grant, answered with Kafka's unsecured JWS tokens
+(`alg: none`), which the secured local broker accepts for OAUTHBEARER, or with tokens of another issuer
+(a test's schema registry verifies signed ones)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
 
 
 def _part(claims: dict[str, object]) -> str:
     return base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
 
 
-def unsecured_jws(subject: str, lifetime_s: int) -> str:
-    now = int(time.time())
-    return f"{_part({'alg': 'none'})}.{_part({'sub': subject, 'iat': now, 'exp': now + lifetime_s})}."
+class Issuer(Protocol):
+    def token(self, subject: str, lifetime_s: int) -> str: ...
+
+
+class UnsecuredTokens:
+    def token(self, subject: str, lifetime_s: int) -> str:
+        now = int(time.time())
+        return f"{_part({'alg': 'none'})}.{_part({'sub': subject, 'iat': now, 'exp': now + lifetime_s})}."
 
 
 @dataclass
@@ -34,7 +41,10 @@ class TokenEndpoint:
 
 
 @contextmanager
-def token_endpoint(clients: dict[str, str], lifetime_s: int = 3600) -> Iterator[TokenEndpoint]:
+def token_endpoint(
+    clients: dict[str, str], lifetime_s: int = 3600, issuer: Issuer | None = None
+) -> Iterator[TokenEndpoint]:
+    tokens = issuer or UnsecuredTokens()
     endpoint = TokenEndpoint(clients, lifetime_s)
 
     class Handler(BaseHTTPRequestHandler):
@@ -51,7 +61,7 @@ def token_endpoint(clients: dict[str, str], lifetime_s: int = 3600) -> Iterator[
                 self.end_headers()
                 return
             body = json.dumps(
-                {"access_token": unsecured_jws(client_id, lifetime_s), "token_type": "Bearer", "expires_in": lifetime_s}
+                {"access_token": tokens.token(client_id, lifetime_s), "token_type": "Bearer", "expires_in": lifetime_s}
             ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")

@@ -1,9 +1,10 @@
 """A throwaway certificate authority and the certificates a secured local broker and its clients use.
 
 Made by `openssl` at run time, so no key is ever committed: a CA, the broker's certificate for
-127.0.0.1 and localhost (a PKCS12 keystore, as Java reads it), a client's certificate for mutual TLS
-(PEM, its key encrypted, as Python reads it), and two certificates that must fail a client's checks:
-one for another host name and one already expired.
+127.0.0.1 and localhost (a PKCS12 keystore, as Java reads it, and PEM, as other servers read it: a test's
+schema registry serves it too), a client's certificate for mutual TLS (PEM, its key encrypted, as Python
+reads it), and two certificates that must fail a client's checks: one for another host name and one
+already expired (each in PEM and PKCS12).
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ class Certificates:
     @property
     def broker_keystore(self) -> Path:
         return self.directory / "broker.p12"
+
+    @property
+    def broker_cert_file(self) -> Path:
+        return self.directory / "broker.pem"
+
+    @property
+    def broker_key_file(self) -> Path:
+        return self.directory / "broker.key"
 
     @property
     def wrong_host_keystore(self) -> Path:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from runtime.devkafka import LocalBroker
-from runtime.devkafka.certificates import make_certificates
+from runtime.devkafka.certificates import Certificates, make_certificates
 from runtime.devkafka.cluster import LocalCluster
 from runtime.devkafka.secured import Security
 from tests.support.running import SPAWNED
@@ -54,10 +54,15 @@ def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    """The throwaway CA and its certificates, made once for the session's secured servers."""
+    return make_certificates(tmp_path_factory.mktemp("certificates"))
+
+
+@pytest.fixture(scope="session")
+def secured_kafka(tmp_path_factory: pytest.TempPathFactory, certificates: Certificates) -> Iterator[LocalBroker]:
     """A broker with the secured listeners of runtime/devkafka/secured.py, shared by the session's tests: its
     `security` holds the throwaway CA's files and the users `admin` and `alice` with their passwords."""
-    certificates = make_certificates(tmp_path_factory.mktemp("certificates"))
     users = {"admin": secrets.token_hex(12), "alice": secrets.token_hex(12)}
     with LocalBroker(
         data_dir=tmp_path_factory.mktemp("secured-kafka"), security=Security(certificates, users)

@@ -1,10 +1,13 @@
 """A real schema registry for tests: Apicurio Registry with in-memory storage, built once from Maven
 Central (tests/support/registry/pom.xml) into the cache outside the repository, and run with Java.
-It serves the Confluent-compatible API the runtime's Avro and JSON Schema serdes speak."""
+It serves the Confluent-compatible API the runtime's Avro and JSON Schema serdes speak, over HTTP, or over
+HTTPS only, and may ask every request for a bearer token it verifies against a public key (Quarkus OIDC
+with no OIDC server)."""
 
 from __future__ import annotations
 
 import shutil
+import ssl
 import subprocess
 import tempfile
 import time
@@ -45,12 +48,24 @@ def registry_app() -> Path:
     return runner
 
 
+@dataclass(frozen=True)
+class RegistryTls:
+    """The registry's certificate and its key (PEM), and the CA that signed it, which its clients trust."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+
+
 @dataclass
 class LocalRegistry:
-    """One registry process on 127.0.0.1; its log goes to `log_file`."""
+    """One registry process on 127.0.0.1; its log goes to `log_file`. With `tls` it serves HTTPS alone; with
+    `token_key` (an RSA public key, base64 DER) every request needs a bearer JWT that key verifies."""
 
     log_file: Path
     port: int = 0
+    tls: RegistryTls | None = None
+    token_key: str | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -59,13 +74,27 @@ class LocalRegistry:
     @property
     def url(self) -> str:
         """The base URL of the Confluent-compatible API, as an app's `schema_registry.url`."""
-        return f"http://127.0.0.1:{self.port}{CONFLUENT_API}"
+        scheme = "http" if self.tls is None else "https"
+        return f"{scheme}://127.0.0.1:{self.port}{CONFLUENT_API}"
+
+    def _settings(self) -> dict[str, str]:
+        settings = {"quarkus.http.host": "127.0.0.1", "quarkus.http.port": str(self.port)}
+        if self.tls is not None:
+            settings.update({
+                "quarkus.http.ssl-port": str(self.port),
+                "quarkus.http.port": "0",
+                "quarkus.http.insecure-requests": "disabled",
+                "quarkus.http.ssl.certificate.files": str(self.tls.cert_file),
+                "quarkus.http.ssl.certificate.key-files": str(self.tls.key_file),
+            })  # fmt: skip
+        if self.token_key is not None:
+            settings.update({"registry.auth.enabled": "true", "quarkus.oidc.public-key": self.token_key})
+        return settings
 
     def start(self, timeout: float = 120.0) -> None:
-        command = [
-            require_tool("java"), "-Xmx384m", "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={self.port}",
-            "-jar", str(registry_app()),
-        ]  # fmt: skip
+        options = [f"-D{name}={value}" for name, value in self._settings().items()]
+        # C1 alone: a test's registry answers few requests, and starts in about half the time without C2.
+        command = [require_tool("java"), "-Xmx384m", "-XX:TieredStopAtLevel=1", *options, "-jar", str(registry_app())]
         with self.log_file.open("ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
@@ -76,9 +105,13 @@ class LocalRegistry:
             time.sleep(0.3)
 
     def _answers(self) -> bool:
+        """Whether it answers HTTP at all: one that asks for a token answers 401."""
+        context = None if self.tls is None else ssl.create_default_context(cafile=str(self.tls.ca_file))
         try:
-            with urllib.request.urlopen(f"{self.url}/subjects", timeout=2) as response:
+            with urllib.request.urlopen(f"{self.url}/subjects", timeout=2, context=context) as response:
                 return bool(response.status == 200)
+        except urllib.error.HTTPError as error:
+            return error.code == 401
         except (urllib.error.URLError, OSError):
             return False
 

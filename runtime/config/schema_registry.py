@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from runtime.redaction import USERINFO, redact
-from stores.kafka_security import OAuthConfig, TlsConfig
+from stores.kafka_security import OAuthConfig, TlsConfig, TlsFilesRefused, ssl_context
 
 SubjectNameStrategy = Literal["topic_name", "record_name", "topic_record_name"]
 
@@ -63,4 +63,14 @@ class SchemaRegistryConfig(BaseModel):
             raise ValueError("password needs username")
         if self.tls is not None and not self.url.startswith("https://"):
             raise ValueError("tls is for an https:// url")
+        return self
+
+    @model_validator(mode="after")
+    def _tls_files_load(self) -> SchemaRegistryConfig:
+        """A CA file or client key that cannot be loaded is a mistake in the YAML, told before anything starts."""
+        if self.tls is not None:
+            try:
+                ssl_context(self.tls)
+            except TlsFilesRefused as error:
+                raise ValueError(str(error)) from None
         return self

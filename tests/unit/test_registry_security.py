@@ -55,13 +55,10 @@ def test_mistakes_name_their_field(registry: dict[str, Any], message: str) -> No
 
 
 def test_a_client_key_its_password_does_not_open_is_a_config_error(certificates: Certificates) -> None:
-    config = SchemaRegistryConfig.model_validate({
-        "url": "https://registry:8081",
-        "tls": {"cert_file": str(certificates.client_cert_file), "key_file": str(certificates.client_key_file),
-                "key_password": "not-the-password"},
-    })  # fmt: skip
-    with pytest.raises(ConfigError, match=r"^schema_registry\.tls: the client certificate .* cannot be loaded"):
-        RegistryClient(config)
+    tls = {"cert_file": str(certificates.client_cert_file), "key_file": str(certificates.client_key_file),
+           "key_password": "not-the-password"}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^schema_registry: tls: the client certificate .* cannot be loaded"):
+        parse_app(app({"url": "https://registry:8081", "tls": tls}))
 
 
 def client(url: str, certificates: Certificates, **settings: Any) -> RegistryClient:

@@ -129,6 +129,9 @@ class RegistryClient:
             if error.code == NOT_FOUND:
                 return None
             refused = f"the schema registry at {self.url} refused {method} for {what}: {error.code} {detail}"
+            if error.code == UNAUTHORIZED and not request.has_header("Authorization"):
+                asks = f"the registry asks for credentials: set {self._credentials.field}"
+                raise RegistryRefused(f"{refused}: {asks}") from None
             if error.code == UNAUTHORIZED:
                 raise RegistryRefused(f"{refused}: bad credentials: check {self._credentials.field}") from None
             if error.code == FORBIDDEN:

@@ -2,9 +2,9 @@
 
 Made by `openssl` at run time, so no key is ever committed: a CA, the broker's certificate for
 127.0.0.1 and localhost (a PKCS12 keystore, as Java reads it, and PEM, as other servers read it: a test's
-schema registry serves it too), a client's certificate for mutual TLS (PEM, its key encrypted, as Python
-reads it), and two certificates that must fail a client's checks: one for another host name and one
-already expired (each in PEM and PKCS12).
+schema registry and the local PostgreSQL serve it too), a client's certificate for mutual TLS (PEM, its key
+encrypted, as Python reads it), and two certificates that must fail a client's checks: one for another host
+name and one already expired (each in PEM and PKCS12).
 """
 
 from __future__ import annotations
@@ -38,10 +38,12 @@ class Certificates:
 
     @property
     def broker_cert_file(self) -> Path:
+        """The broker's certificate, PEM, for a server that reads PEM (a test's schema registry, the local PostgreSQL)."""
         return self.directory / "broker.pem"
 
     @property
     def broker_key_file(self) -> Path:
+        """Its key, PEM, unencrypted."""
         return self.directory / "broker.key"
 
     @property

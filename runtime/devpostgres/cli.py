@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from runtime.devkafka.jars import DevKafkaError
 from runtime.devpostgres import managed
 from runtime.devpostgres.server import DevPostgresError
 
@@ -24,6 +25,13 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--port", type=int, default=None, help="start: port (default 5432 or the last one, else a free one)"
     )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="start: serve TLS only, with a certificate for 127.0.0.1 from the throwaway CA the secured local "
+        "Kafka uses; the DATABASE_URL printed verifies it (sslmode=verify-full&sslrootcert=<the CA's file>). "
+        "Without it, a server already running is taken as it is, else one without TLS is started",
+    )
     return parser
 
 
@@ -31,7 +39,7 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     try:
         if args.action == "start":
-            server, started = managed.start(args.port)
+            server, started = managed.start(args.port, True if args.tls else None)
             print(f"PostgreSQL {'started' if started else 'already running'}: DATABASE_URL={server.url}")
         elif args.action == "stop":
             stopped = managed.stop()
@@ -42,7 +50,7 @@ def main(argv: list[str]) -> int:
                 print("no local PostgreSQL is running")
                 return 1
             print(f"PostgreSQL running: DATABASE_URL={current.url}")
-    except DevPostgresError as error:
+    except (DevPostgresError, DevKafkaError) as error:  # DevKafkaError: the certificates could not be made
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

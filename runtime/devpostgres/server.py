@@ -5,6 +5,10 @@ examples and tests.
 only: the server listens on 127.0.0.1 and on a socket inside its data directory, nowhere else.
 PostgreSQL refuses to run as root; as root, the server runs as the package's `postgres` user, and its
 data directory must be one that user can reach (`reachable_dir`).
+
+Given the throwaway CA's certificates (`runtime/devkafka/certificates.py`, the ones the secured local
+Kafka uses), it serves TLS only, with a certificate for 127.0.0.1 and localhost: `runtime` is trusted over
+TLS, any other role logs in by its password, and a connection without TLS is refused.
 """
 
 from __future__ import annotations
@@ -20,10 +24,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.devkafka.broker import free_port
+from runtime.devkafka.certificates import Certificates, make_certificates
 
 SUPERUSER = "runtime"
 DATABASE = "postgres"
 INSTALL_HINT = "install Debian's postgresql package (`make setup` does, as root: apt-get install postgresql)"
+SERVER_CERT, SERVER_KEY = "server.crt", "server.key"  # in the data directory, owned by the server's user
+PLAIN_HBA = """local all all trust
+host all all 127.0.0.1/32 trust
+"""
+TLS_HBA = f"""local all all trust
+hostssl all {SUPERUSER} 127.0.0.1/32 trust
+hostssl all all 127.0.0.1/32 scram-sha-256
+"""
 
 
 class DevPostgresError(RuntimeError):
@@ -63,6 +76,7 @@ def reachable_dir(preferred: Path) -> Path:
 class LocalPostgres:
     data_dir: Path
     port: int = 0
+    certificates: Certificates | None = None  # serve TLS only, with their certificate for 127.0.0.1
 
     def __post_init__(self) -> None:
         if self.port == 0:
@@ -70,7 +84,15 @@ class LocalPostgres:
 
     @property
     def url(self) -> str:
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{DATABASE}"
+        return self.url_for(SUPERUSER)
+
+    def url_for(self, user: str) -> str:
+        """A URL for `user` (its password, if it needs one, is not in it), verifying the server's certificate
+        against the CA when the server serves TLS."""
+        url = f"postgresql://{user}@127.0.0.1:{self.port}/{DATABASE}"
+        if self.certificates is None:
+            return url
+        return f"{url}?sslmode=verify-full&sslrootcert={self.certificates.ca_file}"
 
     @property
     def log_file(self) -> Path:
@@ -80,6 +102,7 @@ class LocalPostgres:
         """Make the cluster if there is none, then start the server and wait until it takes connections."""
         self._make_cluster()
         options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data_dir} -c max_connections=200"
+        options += " " + self._configure_tls()
         command = [
             str(server_binaries() / "pg_ctl"),
             "start",
@@ -148,6 +171,25 @@ class LocalPostgres:
         if done.returncode != 0:
             raise DevPostgresError(f"initdb failed: {done.stdout}{done.stderr}")
 
+    def _configure_tls(self) -> str:
+        """Write who may connect how, and the server's certificate when it serves TLS; the options that say
+        whether it does (every start says so: a cluster started with TLS once may start without it later)."""
+        tls = self.certificates
+        self._write_owned(self.data_dir / "pg_hba.conf", PLAIN_HBA if tls is None else TLS_HBA)
+        if tls is None:
+            return "-c ssl=off"
+        self._write_owned(self.data_dir / SERVER_CERT, tls.broker_cert_file.read_text())
+        self._write_owned(self.data_dir / SERVER_KEY, tls.broker_key_file.read_text())
+        return f"-c ssl=on -c ssl_cert_file={SERVER_CERT} -c ssl_key_file={SERVER_KEY}"
+
+    def _write_owned(self, path: Path, text: str) -> None:
+        """A file only the server's user reads (PostgreSQL refuses a key file others can read)."""
+        path.write_text(text)
+        path.chmod(0o600)
+        user = _server_user()
+        if user is not None:
+            shutil.chown(path, user, user)
+
     def _run(self, command: list[str], check: bool) -> subprocess.CompletedProcess[str]:
         user = _server_user()
         if user is not None:
@@ -156,11 +198,12 @@ class LocalPostgres:
 
 
 @contextlib.contextmanager
-def throwaway() -> Iterator[LocalPostgres]:
+def throwaway(tls: bool = False) -> Iterator[LocalPostgres]:
     """A cluster of its own, made and started for a test session or a benchmark, removed afterwards (under the
-    system's temporary directory, which the server's own user can reach when this runs as root)."""
+    system's temporary directory, which the server's own user can reach when this runs as root); with `tls`,
+    serving TLS only, with certificates from a throwaway CA of its own (`server.certificates`)."""
     home = Path(tempfile.mkdtemp(prefix="kafka-actor-runtime-postgres-"))
-    server = LocalPostgres(home / "data")
+    server = LocalPostgres(home / "data", certificates=make_certificates(home / "certificates") if tls else None)
     server.start()
     try:
         yield server

@@ -1,6 +1,7 @@
 """The public processor API: subclass `Processor`, receive `Record`s, act through the `Context`."""
 
 from processors.context import Context
+from processors.errors import StopWorker
 from processors.global_updater import GlobalStoreUpdater
 from processors.merge import MergeProcessor
 from processors.processor import Processor
@@ -18,5 +19,6 @@ __all__ = [
     "Record",
     "Serde",
     "SessionStore",
+    "StopWorker",
     "WindowStore",
 ]

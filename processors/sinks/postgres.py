@@ -12,7 +12,8 @@ and whenever `batch_size` rows wait, by binary COPY: straight into the table in 
 `upsert`, into a temporary table, then merged (`INSERT ... ON CONFLICT (key columns) DO UPDATE`), the
 last record of a key winning within a batch. A database that goes away is waited for: the write is
 retried with a growing pause, each attempt logged, and the positions read back first, so that a
-transaction whose commit was cut off is not written twice.
+transaction whose commit was cut off is not written twice. One that refuses the connection (its TLS, the
+login) stops the worker with one line naming it (`postgres_connection.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import re
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -31,6 +33,7 @@ from processors.context import Context
 from processors.processor import Processor
 from processors.record import Record
 from processors.sinks import positions
+from processors.sinks.postgres_connection import GONE, connect, server_of
 from processors.sinks.rows import converter, source_of
 
 log = logging.getLogger(__name__)
@@ -39,16 +42,6 @@ IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SKIPPED = "rows_already_written"  # ctx.count name: a record below the table's position, delivered again
 RETRIES = "database_retries"  # ctx.count name: a write retried after the database went away
 MAX_PAUSE_S = 5.0
-# What a database that went away (stopped, restarted, out of reach) raises, or a connection it left broken
-# (asyncpg's InternalClientError: an operation cut off); anything else is the rows' fault.
-GONE = (
-    OSError,
-    asyncio.TimeoutError,
-    asyncpg.InterfaceError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.OperatorInterventionError,
-    asyncpg.InternalClientError,
-)
 
 
 def identifier(name: str) -> str:
@@ -205,12 +198,12 @@ class PostgresSink(Processor):
             self.connection = await self._connect()
             stored = await self._stored_positions()
         except GONE as error:
-            log.warning("the database at %s is still out of reach (%r)", self._where(), error)
+            log.warning("the database at %s is still out of reach (%r)", server_of(self.dsn), error)
             return False
         return all(stored.get(topic, 0) >= offset for topic, offset in self.pending.items())
 
     async def _connect(self) -> asyncpg.Connection:
-        connection = await asyncpg.connect(self.dsn, timeout=10)
+        connection = await connect(self.dsn)
         async with connection.transaction():  # one task at a time: concurrent CREATE IF NOT EXISTS can collide
             await connection.execute("SELECT pg_advisory_xact_lock(hashtext($1))", self.params.positions_table)
             await connection.execute(positions.create_sql(identifier(self.params.positions_table)))
@@ -231,7 +224,7 @@ class PostgresSink(Processor):
         )
         types = {row["column_name"]: row["data_type"] for row in found}
         if not types:
-            raise ValueError(f"params.table: table '{self.params.table}' does not exist in {self._where()}")
+            raise ValueError(f"params.table: table '{self.params.table}' does not exist in {self._database()}")
         for column in self.columns:
             if column not in types:
                 raise ValueError(
@@ -246,12 +239,13 @@ class PostgresSink(Processor):
             row["topic"]: row["next_offset"] for row in await self.connection.fetch(sql, self.consumer, self.partition)
         }
 
+    def _database(self) -> str:
+        """host:port/database, without the DSN's credentials and options."""
+        return f"{server_of(self.dsn)}{urlsplit(self.dsn).path}"
+
     def _key_getter(self) -> Callable[[tuple[Any, ...]], Any]:
         indexes = [self.columns.index(key) for key in self.params.key_columns]
         if len(indexes) == 1:
             (index,) = indexes
             return lambda row: row[index]
         return lambda row: tuple(row[index] for index in indexes)
-
-    def _where(self) -> str:
-        return re.sub(r"//[^@/]*@", "//", self.dsn)  # without credentials

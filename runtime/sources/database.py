@@ -1,4 +1,5 @@
-"""A source's connection to its database: made once the database answers, again after it went away."""
+"""A source's connection to its database: made once the database answers, again after it went away; one that
+refuses the connection stops the worker, naming the source and the cause."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import TypeVar
 
 import asyncpg
 
-from processors.sinks.postgres import GONE
+from processors.sinks.postgres_connection import GONE, CannotConnect, connect
+from runtime.errors import StopAfterCommit
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +33,10 @@ class Database:
         while True:
             try:
                 if self.connection is None:
-                    self.connection = await asyncpg.connect(self.dsn, timeout=10)
+                    self.connection = await connect(self.dsn)
                 return await work(self.connection)
+            except CannotConnect as refused:
+                raise StopAfterCommit(f"{self.what}: {refused}") from None
             except GONE as error:
                 log.warning("%s: the database is out of reach (%r); trying again in %.1fs", self.what, error, pause)
                 self.close()

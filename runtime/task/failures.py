@@ -16,6 +16,7 @@ import logging
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from processors.errors import StopWorker
 from runtime.config import AppConfig, ErrorPolicy
 from runtime.counters import Counters
 from runtime.errors import EngineError, StopAfterCommit, StopWithoutCommit
@@ -90,8 +91,9 @@ class FailureHandler:
 
     def stops_on(self, stage: Stage, error: BaseException) -> bool:
         """Whether `error` at `stage` stops the worker: under the `fail` policy, and under every policy when it
-        is the engine's (a processor sending to a topic not among its outputs, a schema registry out of reach)."""
-        return isinstance(error, EngineError) or self._policies[stage] is ErrorPolicy.FAIL
+        is the engine's (a processor sending to a topic not among its outputs, a schema registry out of reach)
+        or the processor says so (`StopWorker`: a database that refused its connection)."""
+        return isinstance(error, EngineError | StopWorker) or self._policies[stage] is ErrorPolicy.FAIL
 
     def summarise(self) -> None:
         """Tell the failures counted but not yet told (the worker stops)."""
@@ -100,6 +102,10 @@ class FailureHandler:
     def handle(self, stage: Stage, processor: str, raw: Any, error: BaseException, outputs: Outputs) -> None:
         if isinstance(error, EngineError):  # not the record's fault (a schema registry out of reach): no policy
             raise error
+        if isinstance(error, StopWorker):  # not the record's fault either, and its message says it all
+            raise RecordFailed(
+                f"processor '{processor}' stopped at record {raw.topic}[{raw.partition}]@{raw.offset}: {error}"
+            ) from error
         policy = self._policies[stage]
         if policy is ErrorPolicy.FAIL:
             raise RecordFailed(

@@ -33,6 +33,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
+from processors.errors import StopWorker
 from processors.merge import MergeProcessor
 from processors.processor import Processor
 from runtime.config import AppConfig
@@ -453,6 +454,8 @@ class Task:
         return f"task {self.id} in {step.value}{at}"
 
     def _lifecycle_failed(self, step: str, error: Exception) -> StopAfterCommit:
+        if isinstance(error, StopWorker):  # its message says it all: no trace, no exception's name
+            return StopAfterCommit(f"processor '{self.id.processor}' stopped in {step} of task {self.id}: {error}")
         log.error("processor '%s' failed in %s of task %s", self.id.processor, step, self.id, exc_info=error)
         return StopAfterCommit(
             f"processor '{self.id.processor}' failed in {step} of task {self.id}: {type(error).__name__}: {error}"

@@ -10,6 +10,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from processors.context import Context
+from processors.errors import StopWorker
 from processors.processor import Processor
 from processors.record import Record
 from runtime.config import ErrorPolicy
@@ -209,3 +210,53 @@ async def test_a_failing_init_stops_after_commit_before_any_record() -> None:
     assert await prepare(task) is None  # a task that never started takes no part in commits
     await task.close()
     assert processor.closes == 0  # nor is a processor closed that never started
+
+
+class Refused(Processor):
+    """A processor whose database refuses it: `StopWorker` from init, process or flush, as told."""
+
+    def __init__(self, fails_in: str):
+        self.fails_in = fails_in
+
+    def _refuse(self, step: str) -> None:
+        if step == self.fails_in:
+            raise StopWorker("PostgreSQL at db:5432: bad credentials")
+
+    def init(self, ctx: Context) -> None:
+        self._refuse("init")
+
+    def process(self, record: Record, ctx: Context) -> None:
+        self._refuse("process")
+
+    def flush(self, ctx: Context) -> None:
+        self._refuse("flush")
+
+
+@pytest.mark.parametrize(
+    ("fails_in", "told"),
+    [
+        ("init", r"^processor 'p' stopped in init\(\) of task p\[0\]: PostgreSQL at db:5432: bad credentials$"),
+        ("process", r"^processor 'p' stopped at record in\[0\]@0: PostgreSQL at db:5432: bad credentials$"),
+    ],
+)
+@pytest.mark.parametrize("policy", [ErrorPolicy.SKIP, ErrorPolicy.DEAD_LETTER])
+async def test_stop_worker_stops_under_every_policy_with_its_message_alone(
+    fails_in: str, told: str, policy: ErrorPolicy, caplog: pytest.LogCaptureFixture
+) -> None:
+    services = make_services(policy=policy)
+    task = make_task(Refused(fails_in), services)
+    task.enqueue(TP, records(0))
+
+    with pytest.raises(StopAfterCommit, match=told):
+        await task.run()
+
+    assert (services.counters.skipped, services.counters.dead_lettered) == (0, 0)
+    assert "Traceback" not in caplog.text
+
+
+async def test_stop_worker_from_a_flush_stops_under_skip() -> None:
+    task = make_task(Refused("flush"), make_services(policy=ErrorPolicy.SKIP))
+    await processed(task, 0)
+
+    with pytest.raises(StopAfterCommit, match=r"stopped in flush\(\) of task p\[0\]: PostgreSQL at db:5432"):
+        await prepare(task)

@@ -13,11 +13,24 @@ import secrets
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from runtime.devkafka.jars import DevKafkaError, require_tool
 
 BROKER_NAMES = "subjectAltName=IP:127.0.0.1,DNS:localhost"
 WRONG_HOST_NAMES = "subjectAltName=DNS:wrong-host.invalid"
+
+
+# The broker's certificate for 127.0.0.1 and localhost, and the two that must fail a client's checks.
+ServerCertificate = Literal["broker", "wrong-host", "expired"]
+
+
+@dataclass(frozen=True)
+class Pem:
+    """A certificate and its key (unencrypted), PEM files."""
+
+    cert_file: Path
+    key_file: Path
 
 
 @dataclass(frozen=True)
@@ -36,15 +49,9 @@ class Certificates:
     def broker_keystore(self) -> Path:
         return self.directory / "broker.p12"
 
-    @property
-    def broker_cert_file(self) -> Path:
-        """The broker's certificate, PEM, for a server that reads PEM (a test's schema registry, the local PostgreSQL)."""
-        return self.directory / "broker.pem"
-
-    @property
-    def broker_key_file(self) -> Path:
-        """Its key, PEM, unencrypted."""
-        return self.directory / "broker.key"
+    def pem(self, name: ServerCertificate) -> Pem:
+        """One of the broker's certificates as PEM, for a server that reads PEM (a schema registry, PostgreSQL)."""
+        return Pem(self.directory / f"{name}.pem", self.directory / f"{name}.key")
 
     @property
     def wrong_host_keystore(self) -> Path:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.devkafka.broker import free_port
-from runtime.devkafka.certificates import Certificates, make_certificates
+from runtime.devkafka.certificates import Certificates, Pem
 
 SUPERUSER = "runtime"
 DATABASE = "postgres"
@@ -84,12 +84,8 @@ class LocalPostgres:
 
     @property
     def url(self) -> str:
-        return self.url_for(SUPERUSER)
-
-    def url_for(self, user: str) -> str:
-        """A URL for `user` (its password, if it needs one, is not in it), verifying the server's certificate
-        against the CA when the server serves TLS."""
-        url = f"postgresql://{user}@127.0.0.1:{self.port}/{DATABASE}"
+        """The superuser's URL, verifying the server's certificate against the CA when it serves TLS."""
+        url = f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{DATABASE}"
         if self.certificates is None:
             return url
         return f"{url}?sslmode=verify-full&sslrootcert={self.certificates.ca_file}"
@@ -178,9 +174,18 @@ class LocalPostgres:
         self._write_owned(self.data_dir / "pg_hba.conf", PLAIN_HBA if tls is None else TLS_HBA)
         if tls is None:
             return "-c ssl=off"
-        self._write_owned(self.data_dir / SERVER_CERT, tls.broker_cert_file.read_text())
-        self._write_owned(self.data_dir / SERVER_KEY, tls.broker_key_file.read_text())
+        self._write_certificate(tls.pem("broker"))
         return f"-c ssl=on -c ssl_cert_file={SERVER_CERT} -c ssl_key_file={SERVER_KEY}"
+
+    def serve_certificate(self, certificate: Pem) -> None:
+        """Serve `certificate` from the next connection on (a reload, which takes effect a moment later; a
+        restart serves the CA's certificate for 127.0.0.1 again): one that fails a client's checks."""
+        self._write_certificate(certificate)
+        self._run([str(server_binaries() / "pg_ctl"), "reload", "-D", str(self.data_dir)], check=True)
+
+    def _write_certificate(self, certificate: Pem) -> None:
+        self._write_owned(self.data_dir / SERVER_CERT, certificate.cert_file.read_text())
+        self._write_owned(self.data_dir / SERVER_KEY, certificate.key_file.read_text())
 
     def _write_owned(self, path: Path, text: str) -> None:
         """A file only the server's user reads (PostgreSQL refuses a key file others can read)."""
@@ -198,12 +203,12 @@ class LocalPostgres:
 
 
 @contextlib.contextmanager
-def throwaway(tls: bool = False) -> Iterator[LocalPostgres]:
+def throwaway(certificates: Certificates | None = None) -> Iterator[LocalPostgres]:
     """A cluster of its own, made and started for a test session or a benchmark, removed afterwards (under the
-    system's temporary directory, which the server's own user can reach when this runs as root); with `tls`,
-    serving TLS only, with certificates from a throwaway CA of its own (`server.certificates`)."""
+    system's temporary directory, which the server's own user can reach when this runs as root); given the
+    throwaway CA's certificates, serving TLS only."""
     home = Path(tempfile.mkdtemp(prefix="kafka-actor-runtime-postgres-"))
-    server = LocalPostgres(home / "data", certificates=make_certificates(home / "certificates") if tls else None)
+    server = LocalPostgres(home / "data", certificates=certificates)
     server.start()
     try:
         yield server

@@ -55,7 +55,7 @@ def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
-    """The throwaway CA and its certificates, made once for the session's secured servers."""
+    """The session's throwaway CA and the certificates its secured servers (Kafka, PostgreSQL, a registry) use."""
     return make_certificates(tmp_path_factory.mktemp("certificates"))
 
 

@@ -23,7 +23,7 @@ import msgpack
 import pytest
 
 from runtime.devkafka import LocalBroker
-from runtime.devkafka.certificates import make_certificates
+from runtime.devkafka.certificates import Certificates
 from runtime.devkafka.secured import ADMIN, Security
 from tests.support.acls import admin_config, run_acl_commands
 from tests.support.kafka_helpers import create_topic, produce, read_topic
@@ -70,8 +70,7 @@ class GrantedApp:
 
 
 @pytest.fixture(scope="module")
-def acl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    certificates = make_certificates(tmp_path_factory.mktemp("certificates"))
+def acl_kafka(tmp_path_factory: pytest.TempPathFactory, certificates: Certificates) -> Iterator[LocalBroker]:
     users = {ADMIN: secrets.token_hex(12), USER: secrets.token_hex(12)}
     with LocalBroker(
         data_dir=tmp_path_factory.mktemp("acl-kafka"), security=AclsRequired(certificates, users)

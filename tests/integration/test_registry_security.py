@@ -44,7 +44,7 @@ class SecuredRegistry:
 @pytest.fixture(scope="module")
 def secured_registry(tmp_path_factory: pytest.TempPathFactory, certificates: Certificates) -> Iterator[SecuredRegistry]:
     signer = TokenSigner()
-    tls = RegistryTls(certificates.broker_cert_file, certificates.broker_key_file, certificates.ca_file)
+    tls = RegistryTls(certificates.pem("broker").cert_file, certificates.pem("broker").key_file, certificates.ca_file)
     registry = LocalRegistry(
         log_file=tmp_path_factory.mktemp("registry") / "registry.log", tls=tls, token_key=signer.public_key
     )

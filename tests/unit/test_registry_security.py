@@ -69,7 +69,7 @@ def client(url: str, certificates: Certificates, **settings: Any) -> RegistryCli
 
 def test_each_way_to_authenticate_sends_its_header(certificates: Certificates) -> None:
     with (
-        https_registry(certificates.broker_cert_file, certificates.broker_key_file) as registry,
+        https_registry(certificates.pem("broker").cert_file, certificates.pem("broker").key_file) as registry,
         token_endpoint({"payments": "cs-3344"}, lifetime_s=3600) as endpoint,
     ):
         oauth = {"token_endpoint": endpoint.url, "client_id": "payments", "client_secret": "cs-3344"}
@@ -98,7 +98,7 @@ def test_credentials_the_registry_refuses_are_named_without_the_secret(
     certificates: Certificates, token: str, cause: str
 ) -> None:
     with (
-        https_registry(certificates.broker_cert_file, certificates.broker_key_file) as registry,
+        https_registry(certificates.pem("broker").cert_file, certificates.pem("broker").key_file) as registry,
         pytest.raises(RegistryRefused) as refused,
     ):
         client(registry.url, certificates, token=token).latest(SUBJECT)
@@ -109,7 +109,7 @@ def test_a_token_endpoint_that_refuses_the_client_stops_before_the_registry_is_a
     certificates: Certificates,
 ) -> None:
     with (
-        https_registry(certificates.broker_cert_file, certificates.broker_key_file) as registry,
+        https_registry(certificates.pem("broker").cert_file, certificates.pem("broker").key_file) as registry,
         token_endpoint({"payments": "the-right-secret"}) as endpoint,
     ):
         oauth = {"token_endpoint": endpoint.url, "client_id": "payments", "client_secret": "a-wrong-secret"}
@@ -147,7 +147,7 @@ def test_a_certificate_that_fails_verification_is_refused_naming_the_cause(
 
 def test_a_registry_that_requires_a_client_certificate_takes_the_configured_one(certificates: Certificates) -> None:
     with https_registry(
-        certificates.broker_cert_file, certificates.broker_key_file, client_ca=certificates.ca_file
+        certificates.pem("broker").cert_file, certificates.pem("broker").key_file, client_ca=certificates.ca_file
     ) as registry:
         mutual = {
             "ca_file": str(certificates.ca_file),

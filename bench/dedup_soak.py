@@ -1,5 +1,5 @@
-"""De-duplication over a long run: the ids its store holds level off at about two windows' worth, however
-many records pass, because buckets older than that leave it as stream time moves on.
+"""De-duplication over a long run: the ids its store holds level off at two windows' worth, however many
+records pass, because ids older than that leave it as stream time moves on.
 
 `python -m bench.dedup_soak [--records 3000000] [--window-ms 60000] [--every 250000]`
 

@@ -1,13 +1,15 @@
-"""De-duplication: each record's id is remembered for `window_ms` of stream time; a record whose id was seen
-within that window before it is dropped (and counted), the others go on to `output` as they came.
+"""De-duplication: a record whose id was seen within `window_ms` of its time before it is dropped (and counted),
+the others go on to `output` as they came.
 
 Replays, rebalances and at-least-once producers (seeds 003 and 004) deliver some records twice; this is
 the step that makes them once. Two records are duplicates when their ids are equal and their times at
 most `window_ms` apart, whichever came first. The seen ids live in a window store with a changelog (RocksDB by
-default): an id's entry sits in the bucket of `window_ms` its record's time falls in, holding that
-time, so a lookup reads at most two buckets, and buckets older than the window leave the store (with
-tombstones in its changelog) as stream time passes them. Under exactly-once the store, its changelog and
-the outputs commit together, so a crash neither forgets an id nor lets a record through twice.
+default), each under its id and its record's time. An id is remembered until stream time passes its time plus
+twice `window_ms`: so a record up to `window_ms` behind stream time finds every id within `window_ms` of
+it, whatever other ids moved stream time. A record further behind is late: some ids it may repeat are
+forgotten, so it is counted (`late_records`) and dropped, or sent to `late_topic`, rather than let through
+as new. Under exactly-once the store, its changelog and the outputs commit together, so a crash neither
+forgets an id nor lets a record through twice.
 
 The id is the record's `key`, a field of its value (`value.order_id`), or `value_hash`: a hash of the
 whole value (a 16-byte BLAKE2b of its msgpack encoding), for records that carry no id of their own.
@@ -27,8 +29,10 @@ from processors.fields import value_field
 from processors.params import among_outputs
 from processors.processor import Processor
 from processors.record import Record
+from processors.windows.late import late_headers
 
 DUPLICATES = "duplicates"  # ctx.count name: a record dropped as a duplicate
+LATE = "late_records"  # ctx.count name: a record too far behind stream time to be checked
 
 
 class DeduplicateParams(BaseModel):
@@ -39,9 +43,12 @@ class DeduplicateParams(BaseModel):
     id: str = "key"  # "key", "value.<field>" or "value_hash"
     window_ms: int = Field(gt=0)
     output: str
+    late_topic: str | None = None  # default: late records are dropped (and counted)
     store: str | None = None  # default: "<processor>-seen"
 
-    _among_outputs = field_validator("output")(classmethod(lambda cls, topic, info: among_outputs(topic, info)))
+    _among_outputs = field_validator("output", "late_topic")(
+        classmethod(lambda cls, topic, info: among_outputs(topic, info))
+    )
 
     @field_validator("id")
     @classmethod
@@ -68,29 +75,38 @@ def _no_id_field(path: str) -> Exception:
 
 class Deduplicate(Processor):
     """Sends each record whose id was not seen within `window_ms` before it to `output`, with its key,
-    value, headers and timestamp; drops (and counts, `duplicates`) the others."""
+    value, headers and timestamp; drops (and counts, `duplicates`) the others, and the late ones (counted,
+    `late_records`) unless `late_topic` takes them."""
 
     Params: ClassVar[type[DeduplicateParams]] = DeduplicateParams
 
     @classmethod
     def stores_for(cls, params: Any, name: str) -> dict[str, dict[str, Any]]:
-        """Ids by the bucket of `window_ms` their record fell in, kept two buckets: the window reaches back
-        into the one before."""
+        """Ids by their record's time, kept two windows of stream time: an on-time record, up to a window
+        behind stream time, looks a window further back."""
         return {params.store_name(name): {"kind": "window", "retention_ms": 2 * params.window_ms}}
 
     def init(self, ctx: Context) -> None:
         params = self.Params.model_validate(ctx.params)
-        self.output, self.window_ms = params.output, params.window_ms
+        self.output, self.late_topic, self.window_ms = params.output, params.late_topic, params.window_ms
         self.id_of = id_reader(params.id)
         self.seen = ctx.window_store(params.store_name(ctx.processor_name))
 
     def process(self, record: Record, ctx: Context) -> None:
-        found, timestamp = self.id_of(record), record.timestamp
-        self.seen.advance(timestamp)
-        window = self.window_ms
-        for _, seen_at in self.seen.fetch(found, timestamp - window - window, timestamp + window):
-            if abs(timestamp - seen_at) <= window:  # before it, or after it when records come out of order
+        found, timestamp, window = self.id_of(record), record.timestamp, self.window_ms
+        stream_time = self.seen.advance(timestamp)
+        if timestamp < stream_time - window:  # some ids it may repeat are forgotten
+            ctx.count(LATE)
+            if self.late_topic is not None:
+                reason = f"more than window_ms ({window}) behind stream time: ids it may repeat are forgotten"
+                headers = late_headers(record, reason, stream_time)
+                ctx.send(self.late_topic, record.value, key=record.key, headers=headers)
+            return
+        for _, seen_at in self.seen.fetch(found, timestamp - window, timestamp + window):
+            # Before it, or after it when records come out of order. (An entry written by an earlier version,
+            # under the start of its bucket of window_ms, starts before its time: the time is its value.)
+            if abs(timestamp - seen_at) <= window:
                 ctx.count(DUPLICATES)
                 return
-        self.seen.put(found, timestamp - timestamp % window, timestamp)
+        self.seen.put(found, timestamp, timestamp)
         ctx.send(self.output, record.value, key=record.key, headers=record.headers)

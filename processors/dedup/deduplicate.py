@@ -12,7 +12,9 @@ as new. Under exactly-once the store, its changelog and the outputs commit toget
 forgets an id nor lets a record through twice.
 
 The id is the record's `key`, a field of its value (`value.order_id`), or `value_hash`: a hash of the
-whole value (a 16-byte BLAKE2b of its msgpack encoding), for records that carry no id of their own.
+whole value (a 16-byte BLAKE2b of its msgpack encoding), for records that carry no id of their own. A
+record whose id is null (no key, a null field) is forwarded as it came, never a duplicate, as in Kafka
+Streams (KIP-655); with `null_id: one_id` the null ids are one id, de-duplicated as any other.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from processors.context import Context
 from processors.fields import value_field
+from processors.keyless import NullId
 from processors.params import among_outputs
 from processors.processor import Processor
 from processors.record import Record
@@ -42,6 +45,7 @@ class DeduplicateParams(BaseModel):
 
     id: str = "key"  # "key", "value.<field>" or "value_hash"
     window_ms: int = Field(gt=0)
+    null_id: NullId = "alone"
     output: str
     late_topic: str | None = None  # default: late records are dropped (and counted)
     store: str | None = None  # default: "<processor>-seen"
@@ -89,11 +93,14 @@ class Deduplicate(Processor):
     def init(self, ctx: Context) -> None:
         params = self.Params.model_validate(ctx.params)
         self.output, self.late_topic, self.window_ms = params.output, params.late_topic, params.window_ms
-        self.id_of = id_reader(params.id)
+        self.id_of, self.null_id_alone = id_reader(params.id), params.null_id == "alone"
         self.seen = ctx.window_store(params.store_name(ctx.processor_name))
 
     def process(self, record: Record, ctx: Context) -> None:
         found, timestamp, window = self.id_of(record), record.timestamp, self.window_ms
+        if found is None and self.null_id_alone:
+            ctx.send(self.output, record.value, key=record.key, headers=record.headers)
+            return
         stream_time = self.seen.advance(timestamp)
         if timestamp < stream_time - window:  # some ids it may repeat are forgotten
             ctx.count(LATE)

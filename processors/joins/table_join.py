@@ -14,6 +14,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from processors.context import Context
+from processors.keyless import KEYLESS
 from processors.params import among_outputs, processor_context
 from processors.processor import Processor
 from processors.record import Record
@@ -44,7 +45,11 @@ class TableJoinParams(BaseModel):
 class TableJoin(Processor):
     """Sends each stream record to `params.output` with its key, its headers and its timestamp, the value
     `{"stream": <its value>, "table": <the table's value of its key>}`. An inner join drops (and counts,
-    `unjoined_records`) a record whose key the table lacks; a left join sends it with `"table": null`."""
+    `unjoined_records`) a record whose key the table lacks; a left join sends it with `"table": null`.
+
+    A record without a key finds no row (a compacted topic holds no record without a key), as in Kafka
+    Streams: an inner join drops it and counts it apart (`keyless_records`), a left join sends it with
+    `"table": null`."""
 
     Params: ClassVar[type[TableJoinParams]] = TableJoinParams
 
@@ -54,8 +59,8 @@ class TableJoin(Processor):
         self.output, self.inner = params.output, params.join == "inner"
 
     def process(self, record: Record, ctx: Context) -> None:
-        found = self.table.get(record.key)
+        found = None if record.key is None else self.table.get(record.key)
         if found is None and self.inner:
-            ctx.count(UNJOINED)
+            ctx.count(UNJOINED if record.key is not None else KEYLESS)
             return
         ctx.send(self.output, {"stream": record.value, "table": found}, key=record.key, headers=record.headers)

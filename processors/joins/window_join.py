@@ -23,9 +23,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from processors.context import Context
+from processors.keyless import KEYLESS, Keyless
 from processors.params import among_inputs, among_outputs
 from processors.processor import Processor
 from processors.record import Record
+from processors.stores import WindowStore
 
 LATE = "late_records"  # ctx.count name: a record whose window had closed
 
@@ -40,6 +42,7 @@ class WindowJoinParams(BaseModel):
     time_difference_ms: int = Field(ge=0)
     grace_ms: int = Field(default=0, ge=0)
     join: Literal["inner", "left", "outer"] = "inner"
+    keyless: Keyless = "alone"
     output: str
 
     _sides_are_inputs = field_validator("left", "right")(
@@ -67,7 +70,12 @@ class WindowJoinParams(BaseModel):
 
 class WindowJoin(Processor):
     """Sends each pair joined to `params.output`: the key, the value `{"left": ..., "right": ...}` (null for
-    a side a left or outer join sends alone), the later of the two timestamps."""
+    a side a left or outer join sends alone), the later of the two timestamps.
+
+    A record without a key meets nothing, as in Kafka Streams: a left (or outer) join sends a left (or
+    either) one alone at once, with its own timestamp, and the others are dropped and counted
+    (`keyless_records`). With `params.keyless` `one_key`, keyless records join each other as records of
+    one key."""
 
     Params: ClassVar[type[WindowJoinParams]] = WindowJoinParams
 
@@ -79,6 +87,7 @@ class WindowJoin(Processor):
 
     def init(self, ctx: Context) -> None:
         params = self.Params.model_validate(ctx.params)
+        self.keyless_alone = params.keyless == "alone"
         self.left_topic, self.output = params.left, params.output
         self.difference, self.closes_after = params.time_difference_ms, params.closes_after_ms
         self.unmatchable_after = params.unmatchable_after_ms
@@ -88,6 +97,9 @@ class WindowJoin(Processor):
 
     def process(self, record: Record, ctx: Context) -> None:
         own, other = (self.left, self.right) if record.topic == self.left_topic else (self.right, self.left)
+        if record.key is None and self.keyless_alone:
+            self._keyless(record, own, ctx)
+            return
         timestamp, stream_time = record.timestamp, own.stream_time
         if timestamp + self.closes_after < stream_time:
             ctx.count(LATE)
@@ -120,3 +132,9 @@ class WindowJoin(Processor):
     def _send(self, ctx: Context, key: Any, value: Any, other: Any, value_is_left: bool, timestamp: int) -> None:
         joined = {"left": value, "right": other} if value_is_left else {"left": other, "right": value}
         ctx.send(self.output, joined, key=key, timestamp=timestamp)
+
+    def _keyless(self, record: Record, own: WindowStore, ctx: Context) -> None:
+        if own in self.sent_alone:
+            self._send(ctx, None, record.value, None, own is self.left, record.timestamp)
+        else:
+            ctx.count(KEYLESS)

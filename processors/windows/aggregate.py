@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from processors.context import Context
+from processors.keyless import KEYLESS
 from processors.processor import Processor
 from processors.record import Record
 from processors.stores import SessionStore, WindowStore
@@ -21,7 +22,9 @@ from processors.windows.windowing import Windowing, WindowResult
 class Aggregate(Processor):
     """Aggregates the records of each group key and window, and sends each window's result to
     `params.output`: the key is the group key (so the output is partitioned by it), the value
-    `{"start": ms, "end": ms, "value": result}`, its timestamp the last millisecond of the window.
+    `{"start": ms, "end": ms, "value": result}`, its timestamp the last millisecond of the window. A record
+    whose group key is null is dropped and counted (`keyless_records`), as in Kafka Streams, unless
+    `params.keyless` is `one_key`.
 
     The stream time is the store's (`advance`d by each record's timestamp), so it is committed, logged
     and restored with the windows it closed. A late record is counted (`late_records`) and dropped, or
@@ -43,6 +46,7 @@ class Aggregate(Processor):
     def init(self, ctx: Context) -> None:
         params = AggregateParams.model_validate(ctx.params)
         self.output, self.late_topic, self.group_by = params.output, params.late_topic, params.group_by
+        self.keyless_alone = params.keyless == "alone"
         self.field = params.aggregation.field
         self.counts_only = params.aggregation.type == "count"  # a value it never reads is not kept
         self.aggregation = aggregation = params.aggregation.build()
@@ -68,6 +72,9 @@ class Aggregate(Processor):
         if timestamp < 0:
             raise ValueError(f"the record has no timestamp ({timestamp}), and windows go by it")
         key = record.key if self.group_by is None else self._group_key(record, self.group_by)
+        if key is None and self.keyless_alone:
+            ctx.count(KEYLESS)
+            return
         value = None if self.counts_only else self._value(record)
         store = self.store
         previous = store.stream_time

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from processors.keyless import Keyless
 from processors.params import among_outputs
 from processors.windows.aggregations import (
     NEEDS_FIELD,
@@ -135,6 +136,7 @@ class AggregateParams(_Strict):
     window: WindowParams
     aggregation: AggregationParams
     group_by: str | list[str] | None = None
+    keyless: Keyless = "alone"
     emit: Literal["final", "updates"] = "final"
     output: str
     late_topic: str | None = None

@@ -3,11 +3,12 @@ then one line per interval that counts the rest by kind.
 
 A processor that fails on every record under `skip` or `dead_letter` fails thousands of times a second;
 a line for each floods the log and costs the worker more than the records do. The first `in_full` lines
-of a burst are logged as they come (`tells` says so), each naming its record; after them, each is only counted under
-its kind (what happened, where and why), and when `every_s` has passed since the burst began (or since
-its last summary), one line tells the counts. A burst ends when no event has come for `every_s`: the next
-is again logged in full. The summary is due by a timer of the running event loop, so it comes even when
-the events stop; `flush` tells what is counted at once, when the worker stops.
+of a burst are logged as they come (`tells` says so), each naming its record; after them, each is only
+counted under its kind (what happened, where and why), and when `every_s` has passed since the burst began
+(or since its last summary), one line tells the counts. A burst ends when no event has come for `every_s`:
+the next is again logged in full. The summary is due by a timer of the running event loop, so it comes even
+when the events stop; while it runs, an event is counted without reading the clock, and the timer tells
+whether any came in its interval. `flush` tells what is counted at once, when the worker stops.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class SummarisedLog:
     def tells(self, kind: str) -> bool:
         """One event of `kind`: whether its line is to be logged now (one of a burst's first), else it is counted
         under `kind`. The caller logs the line: the counted ones cost no formatting."""
+        if self._timer is not None:  # counting, and the interval's summary is due by the timer
+            self._counted[kind] += 1
+            return False
         now = self._clock()
         if self._told and now - self._interval_began >= self._every_s:
             self._end_interval(now)  # no timer told it (no event loop runs)
@@ -75,7 +79,10 @@ class SummarisedLog:
 
     def _on_timer(self) -> None:
         self._timer = None
-        self._end_interval(self._clock())
+        now = self._clock()
+        if self._counted:
+            self._last = now  # the events counted came within the interval: the burst goes on
+        self._end_interval(now)
 
     def _end_interval(self, now: float) -> None:
         self._cancel_timer()

@@ -198,8 +198,13 @@ class Outputs:
         processor: str = "",
     ) -> None:
         if partition is None:
-            count = self.partitions(topic)
-            partition = partition_for(key, count) if key is not None else next(self._round_robin) % count
+            count = self._partition_counts.get(topic) or self.partitions(topic)  # raises for an unknown topic
+            # partition_for, without its frame (dead letters come through here at the rate of the records)
+            partition = (
+                (murmurhash2(key, KAFKA_SEED) & POSITIVE) % count
+                if key is not None
+                else next(self._round_robin) % count
+            )
         self._add((topic, partition), Output(topic, key, value, headers, timestamp_ms, source, processor))
 
     def append_all(self, records: Iterable[Output]) -> None:

@@ -13,8 +13,9 @@ then counts the rest per processor and cause (`runtime/summarised_log.py`).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Any
 
 from processors.errors import StopWorker
 from runtime.config import AppConfig, ErrorPolicy
@@ -32,7 +33,7 @@ from runtime.kafka.record_limits import (
 )
 from runtime.kafka.unparseable import UnparseableRecordError
 from runtime.summarised_log import SummarisedLog
-from runtime.task.stack_traces import stack_trace
+from runtime.task.stack_traces import error_text, stack_trace
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class FailureHandler:
         self._counters = counters
         self._dead_letter_max_bytes = dead_letter_max_bytes
         self._log = SummarisedLog(log, "failed records not logged one by one")
-        self._causes: dict[tuple[Stage, str, type[BaseException], str], _Cause] = {}
+        self._routes: dict[tuple[Stage, str], FailureRoute] = {}
 
     @classmethod
     def configured(cls, config: AppConfig, counters: Counters, limits: Limits) -> FailureHandler:
@@ -93,64 +94,30 @@ class FailureHandler:
         """Whether `error` at `stage` stops the worker: under the `fail` policy, and under every policy when it
         is the engine's (a processor sending to a topic not among its outputs, a schema registry out of reach)
         or the processor says so (`StopWorker`: a database that refused its connection)."""
-        return isinstance(error, EngineError | StopWorker) or self._policies[stage] is ErrorPolicy.FAIL
+        return isinstance(error, _NOT_THE_RECORDS) or self._policies[stage] is ErrorPolicy.FAIL
 
     def summarise(self) -> None:
         """Tell the failures counted but not yet told (the worker stops)."""
         self._log.flush()
 
-    def handle(self, stage: Stage, processor: str, raw: Any, error: BaseException, outputs: Outputs) -> None:
-        if isinstance(error, EngineError):  # not the record's fault (a schema registry out of reach): no policy
-            raise error
-        if isinstance(error, StopWorker):  # not the record's fault either, and its message says it all
-            raise RecordFailed(
-                f"processor '{processor}' stopped at record {raw.topic}[{raw.partition}]@{raw.offset}: {error}"
-            ) from error
-        policy = self._policies[stage]
-        if policy is ErrorPolicy.FAIL:
-            raise RecordFailed(
-                f"{stage} failed in processor '{processor}' for record {raw.topic}[{raw.partition}]@{raw.offset}: "
-                f"{type(error).__name__}: {error}"
-            ) from error
-        if isinstance(error, UnparseableRecordError):
-            raw = error.recovered  # the record as fetched cannot be read: this is what its bytes still hold
-        cause = self._cause(stage, processor, error, raw.topic)
-        if policy is ErrorPolicy.SKIP:
-            self._counters.skipped += 1
-            if self._log.tells(cause.skipped):
-                log.warning(_TOLD, "skipped", raw.topic, raw.partition, raw.offset, stage, processor, error)
-            return
-        key, value, headers = fit_dead_letter(
-            raw.key, raw.value, raw.headers, self._error_headers(cause, raw, error), self._dead_letter_max_bytes
-        )
-        outputs.append(self._dead_letter_topic, key, value, headers, timestamp_ms=raw.timestamp, processor=processor)
-        self._counters.dead_lettered += 1
-        if headers[-1][0] != TRUNCATED:
-            if self._log.tells(cause.dead_lettered):
-                log.warning(_TOLD, "dead-lettered", raw.topic, raw.partition, raw.offset, stage, processor, error)
-        elif self._log.tells(cause.cut_down):
-            cut_from = headers[-1][1].decode()
-            what = ("dead-lettered", raw.topic, raw.partition, raw.offset, stage, processor, error, cut_from)
-            log.warning(f"{_TOLD}, cut down to fit its topic (%s)", *what)
-
-    def _cause(self, stage: Stage, processor: str, error: BaseException, topic: str) -> _Cause:
-        """What a failure of this kind, in this processor, of a record of this topic has in common with the
-        others: its kinds in the log's summary, and the dead letter's headers that name it."""
-        error_type = type(error)
-        cause = self._causes.get((stage, processor, error_type, topic))
-        if cause is None:
-            because = f"'{processor}' ({stage} failed: {error_type.__name__})"
-            cause = self._causes[stage, processor, error_type, topic] = _Cause(
-                f"dead-lettered in {because}",
-                f"dead-lettered in {because}, cut down to fit",
-                f"skipped in {because}",
-                ("error.stage", stage.value.encode()),
-                ("error.type", f"{error_type.__module__}.{error_type.__qualname__}".encode()),
-                ("error.app", self._app_id.encode()),
-                ("error.processor", processor.encode()),
-                ("source.topic", topic.encode()),
+    def route(self, stage: Stage, processor: str) -> FailureRoute:
+        """The policy for failures at `stage` in `processor`, which a task keeps for its records."""
+        route = self._routes.get((stage, processor))
+        if route is None:
+            route = self._routes[stage, processor] = FailureRoute(
+                stage,
+                processor,
+                self._policies[stage],
+                self._app_id,
+                self._dead_letter_topic,
+                self._dead_letter_max_bytes,
+                self._counters,
+                self._log,
             )
-        return cause
+        return route
+
+    def handle(self, stage: Stage, processor: str, raw: Any, error: BaseException, outputs: Outputs) -> None:
+        self.route(stage, processor).handle(raw, error, outputs)
 
     def refused(self, output: Output, error: Exception, outputs: Outputs) -> None:
         """The broker refused an output: its input record failed processing, after the fact."""
@@ -170,36 +137,142 @@ class FailureHandler:
             ) from error
         self.handle(Stage.PROCESSING, processor, raw, refusal, outputs)
 
-    @staticmethod
-    def _error_headers(cause: _Cause, raw: Any, error: BaseException) -> list[tuple[str, bytes]]:
-        return [
-            cause.stage,
-            cause.type,
-            ("error.message", (str(error) or repr(error)).encode()),
-            ("error.stacktrace", stack_trace(error).encode()),
-            cause.app,
-            cause.processor,
-            cause.topic,
-            ("source.partition", str(raw.partition).encode()),
-            ("source.offset", str(raw.offset).encode()),
-            ("source.timestamp", str(raw.timestamp).encode()),
+
+class FailureRoute:
+    """The policy for the failures of one stage in one processor, with what their dead letters share
+    encoded once (`_Cause`): a processor failing on every record runs `handle` once a record, so it looks
+    nothing up by the stage or the processor, and checks the dead letter's size against a bound it adds up
+    from lengths, measuring it only when the bound is past the topic's limit."""
+
+    def __init__(
+        self,
+        stage: Stage,
+        processor: str,
+        policy: ErrorPolicy,
+        app_id: str,
+        dead_letter_topic: str,
+        dead_letter_max_bytes: int,
+        counters: Counters,
+        summarised: SummarisedLog,
+    ):
+        self._stage, self._processor, self._policy, self._app_id = stage, processor, policy, app_id
+        self._dead_letter_topic, self._max_bytes = dead_letter_topic, dead_letter_max_bytes
+        self._counters, self._log = counters, summarised
+        self._causes: dict[tuple[type[BaseException], str], _Cause] = {}
+        self._last: _Cause | None = None
+
+    def handle(self, raw: Any, error: BaseException, outputs: Outputs) -> None:
+        if isinstance(error, _NOT_THE_RECORDS):  # no policy
+            if isinstance(error, StopWorker):  # its message says it all
+                raise RecordFailed(
+                    f"processor '{self._processor}' stopped at record {raw.topic}[{raw.partition}]@{raw.offset}: "
+                    f"{error}"
+                ) from error
+            raise error  # the engine's (a schema registry out of reach)
+        policy = self._policy
+        if policy is ErrorPolicy.FAIL:
+            raise RecordFailed(
+                f"{self._stage} failed in processor '{self._processor}' for record "
+                f"{raw.topic}[{raw.partition}]@{raw.offset}: {type(error).__name__}: {error}"
+            ) from error
+        if isinstance(error, UnparseableRecordError):
+            raw = error.recovered  # the record as fetched cannot be read: this is what its bytes still hold
+        cause = self._last
+        if cause is None or cause.error_type is not type(error) or cause.topic != raw.topic:
+            cause = self._last = self._cause(type(error), raw.topic)
+        if policy is ErrorPolicy.SKIP:
+            self._counters.skipped += 1
+            if self._log.tells(cause.skipped):
+                log.warning(_TOLD, "skipped", raw.topic, raw.partition, raw.offset, self._stage, self._processor, error)
+            return
+        self._dead_letter(cause, raw, error, outputs)
+
+    def _dead_letter(self, cause: _Cause, raw: Any, error: BaseException, outputs: Outputs) -> None:
+        key, value = raw.key, raw.value
+        text = error_text(error)
+        message = (text or repr(error)).encode()
+        trace = stack_trace(error, text)
+        headers = [
+            cause.stage_header,
+            cause.type_header,
+            ("error.message", message),
+            ("error.stacktrace", trace),
+            cause.app_header,
+            cause.processor_header,
+            cause.topic_header,
+            ("source.partition", b"%d" % raw.partition),
+            ("source.offset", b"%d" % raw.offset),
+            ("source.timestamp", b"%d" % raw.timestamp),
         ]
+        bound = cause.fixed_bytes + len(message) + len(trace) + len(key or b"") + len(value or b"")
+        if raw.headers or bound > self._max_bytes:
+            key, value, headers = fit_dead_letter(key, value, raw.headers, headers, self._max_bytes)
+        outputs.append(self._dead_letter_topic, key, value, headers, None, raw.timestamp, None, self._processor)
+        self._counters.dead_lettered += 1
+        stage, processor = self._stage, self._processor
+        if headers[-1][0] != TRUNCATED:
+            if self._log.tells(cause.dead_lettered):
+                log.warning(_TOLD, "dead-lettered", raw.topic, raw.partition, raw.offset, stage, processor, error)
+        elif self._log.tells(cause.cut_down):
+            cut_from = headers[-1][1].decode()
+            what = ("dead-lettered", raw.topic, raw.partition, raw.offset, stage, processor, error, cut_from)
+            log.warning(f"{_TOLD}, cut down to fit its topic (%s)", *what)
+
+    def _cause(self, error_type: type[BaseException], topic: str) -> _Cause:
+        """What a failure of this kind, of a record of this topic, has in common with the others: its kinds in
+        the log's summary, and the dead letter's headers that name it."""
+        cause = self._causes.get((error_type, topic))
+        if cause is None:
+            because = f"'{self._processor}' ({self._stage} failed: {error_type.__name__})"
+            shared = (
+                ("error.stage", self._stage.value.encode()),
+                ("error.type", f"{error_type.__module__}.{error_type.__qualname__}".encode()),
+                ("error.app", self._app_id.encode()),
+                ("error.processor", self._processor.encode()),
+                ("source.topic", topic.encode()),
+            )
+            cause = self._causes[error_type, topic] = _Cause(
+                error_type,
+                topic,
+                f"dead-lettered in {because}",
+                f"dead-lettered in {because}, cut down to fit",
+                f"skipped in {because}",
+                *shared,
+                estimate_record_size(None, None, [*shared, *_VARYING_AT_MOST]) + _VARYING_LENGTHS_AT_MOST,
+            )
+        return cause
 
 
+_NOT_THE_RECORDS = (EngineError, StopWorker)  # failures no error policy applies to
 _TOLD = "%s record %s[%d]@%d (%s failed in '%s'): %r"  # what was done, the record, and why
+# The headers that vary from one dead letter to the next, at their longest but for the message and the stack
+# trace, whose lengths are added as they come; and the bytes their lengths and the key's and value's take.
+_VARYING_AT_MOST = [
+    ("error.message", b""),
+    ("error.stacktrace", b""),
+    ("source.partition", b"-2147483648"),
+    ("source.offset", b"-9223372036854775808"),
+    ("source.timestamp", b"-9223372036854775808"),
+]
+_VARYING_LENGTHS_AT_MOST = 4 * 5  # varints of the message's, the trace's, the key's and the value's lengths
 
 
-class _Cause(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class _Cause:
     """Encoded once for each stage, processor, error type and source topic."""
 
+    error_type: type[BaseException]
+    topic: str
     dead_lettered: str
     cut_down: str
     skipped: str
-    stage: tuple[str, bytes]
-    type: tuple[str, bytes]
-    app: tuple[str, bytes]
-    processor: tuple[str, bytes]
-    topic: tuple[str, bytes]
+    stage_header: tuple[str, bytes]
+    type_header: tuple[str, bytes]
+    app_header: tuple[str, bytes]
+    processor_header: tuple[str, bytes]
+    topic_header: tuple[str, bytes]
+    fixed_bytes: int
+    """A dead letter's size at most, but for its message's, stack trace's, key's and value's bytes."""
 
 
 def fit_dead_letter(

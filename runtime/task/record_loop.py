@@ -93,6 +93,8 @@ class RecordLoop:
             for topic in self.builders
         }
         self._name = name
+        self._undecodable_route = services.failures.route(Stage.DESERIALIZATION, name)
+        self._failed_route = services.failures.route(Stage.PROCESSING, name)
         self._processor = processor
         self._context = context
         self._services = services
@@ -350,8 +352,8 @@ class RecordLoop:
         return 0
 
     def _undecodable(self, raw: Any, error: Exception) -> None:
-        self._services.failures.handle(Stage.DESERIALIZATION, self._name, raw, error, self._outputs)
+        self._undecodable_route.handle(raw, error, self._outputs)
 
     def _failed(self, raw: Any, error: Exception, released: int, context: TaskContext) -> None:
         del context.pending[released:]  # nothing of a failed record escapes
-        self._services.failures.handle(Stage.PROCESSING, self._name, raw, error, self._outputs)
+        self._failed_route.handle(raw, error, self._outputs)

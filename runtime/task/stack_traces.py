@@ -14,23 +14,24 @@ from __future__ import annotations
 import traceback
 from types import CodeType, TracebackType
 
-CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
-CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
+CAUSE = b"\nThe above exception was the direct cause of the following exception:\n\n"
+CONTEXT = b"\nDuring handling of the above exception, another exception occurred:\n\n"
 HEAD = "Traceback (most recent call last):\n"
 KEPT = 1024  # formatted paths; past that many, the cache starts over
-# A path's frames, formatted, by the identities of its code objects and its instructions (hashing a code
-# object hashes its bytecode: a few of them cost as much as the formatting saved). The code objects are
-# kept with their text, so that no identity in a key is taken by another code object while it is cached.
-_formatted: dict[tuple[int, ...], tuple[tuple[CodeType, ...], str]] = {}
+# A path's frames, formatted and encoded, by the identities of its code objects and its instructions (hashing
+# a code object hashes its bytecode: a few of them cost as much as the formatting saved). The code objects
+# are kept with their text, so that no identity in a key is taken by another code object while it is cached.
+_formatted: dict[tuple[int, ...], tuple[tuple[CodeType, ...], bytes]] = {}
 
 
-def stack_trace(error: BaseException) -> str:
-    """`error` formatted as `traceback.format_exception` does, from the innermost cause to `error`."""
+def stack_trace(error: BaseException, text: str | None = None) -> bytes:
+    """`error` formatted as `traceback.format_exception` does, from the innermost cause to `error`, in UTF-8;
+    `text` is `error_text(error)`, when the caller has it already."""
     if error.__cause__ is None and (error.__context__ is None or error.__suppress_context__):
-        return _alone(error)  # the common case
-    chain: list[tuple[str, BaseException]] = []
+        return _alone(error, text)  # the common case
+    chain: list[tuple[bytes, BaseException]] = []
     seen: set[int] = set()
-    joint: str = ""  # the line that joins an exception to the one it led to
+    joint = b""  # the line that joins an exception to the one it led to
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
@@ -41,49 +42,85 @@ def stack_trace(error: BaseException) -> str:
             joint, current = CONTEXT, current.__context__
         else:
             current = None
-    parts: list[str] = []
+    parts: list[bytes] = []
     for joint, exception in reversed(chain):
-        parts.append(_alone(exception))
+        parts.append(_alone(exception, text if exception is error else None))
         parts.append(joint)
-    return "".join(parts)
+    return b"".join(parts)
 
 
-def _alone(error: BaseException) -> str:
+def _alone(error: BaseException, text: str | None) -> bytes:
     """`error`'s own part of a chain's trace."""
     if isinstance(error, BaseExceptionGroup):  # rare, and laid out as a tree: the library's own way
-        return "".join(traceback.format_exception(error, chain=False))
+        return "".join(traceback.format_exception(error, chain=False)).encode()
     tb = error.__traceback__
-    return _last_line(error) if tb is None else f"{HEAD}{_frames(tb)}{_last_line(error)}"
+    return _last_line(error, text) if tb is None else _frames(tb) + _last_line(error, text)
 
 
-def _frames(tb: TracebackType) -> str:
-    key: tuple[int, ...] = ()
+class _LastPath:
+    """The path formatted last, checked before the cache: a processor failing on every record fails along one
+    path, and comparing its frames' code objects and instructions by identity costs a third of building and
+    hashing the cache's key."""
+
+    __slots__ = ("steps", "text")
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[CodeType, int]] = []
+        self.text = b""
+
+
+_last = _LastPath()
+
+
+def _frames(tb: TracebackType) -> bytes:
+    """The trace's head line and its frames."""
     step: TracebackType | None = tb
-    while step is not None:
-        key += (id(step.tb_frame.f_code), step.tb_lasti)
+    for code, instruction in _last.steps:
+        if step is None or step.tb_lasti != instruction or step.tb_frame.f_code is not code:
+            break
         step = step.tb_next
+    else:
+        if step is None:
+            return _last.text
+    steps: list[tuple[CodeType, int]] = []
+    step = tb
+    while step is not None:
+        steps.append((step.tb_frame.f_code, step.tb_lasti))
+        step = step.tb_next
+    key = tuple(number for code, instruction in steps for number in (id(code), instruction))
     found = _formatted.get(key)
-    if found is not None:
-        return found[1]
-    if len(_formatted) >= KEPT:
-        _formatted.clear()
-    frames = list(traceback.walk_tb(tb))
-    text = "".join(traceback.StackSummary.extract(iter(frames), lookup_lines=True).format())
-    _formatted[key] = (tuple(frame.f_code for frame, _ in frames), text)
-    return text
+    if found is None:
+        if len(_formatted) >= KEPT:
+            _formatted.clear()
+        frames = traceback.StackSummary.extract(traceback.walk_tb(tb), lookup_lines=True).format()
+        found = _formatted[key] = (tuple(code for code, _ in steps), (HEAD + "".join(frames)).encode())
+    _last.steps, _last.text = steps, found[1]
+    return found[1]
 
 
-def _last_line(error: BaseException) -> str:
+def error_text(error: BaseException) -> str:
+    """`str(error)`, as a trace prints it when that fails."""
+    try:
+        return str(error)
+    except Exception:
+        return "<exception str() failed>"
+
+
+def _last_line(error: BaseException, text: str | None) -> bytes:
     """The line `traceback.format_exception_only` gives an exception without notes that is no SyntaxError
     (whose lines show where in the source it is)."""
-    if isinstance(error, SyntaxError) or getattr(error, "__notes__", None):
-        return "".join(traceback.format_exception_only(error))
     kind = type(error)
-    name = (
-        kind.__qualname__ if kind.__module__ in ("__main__", "builtins") else f"{kind.__module__}.{kind.__qualname__}"
-    )
-    try:
-        text = str(error)
-    except Exception:
-        text = "<exception str() failed>"
-    return f"{name}: {text}\n" if text else f"{name}\n"
+    name = _names.get(kind)
+    if name is None:
+        if issubclass(kind, SyntaxError):
+            return "".join(traceback.format_exception_only(error)).encode()
+        module, qualified = kind.__module__, kind.__qualname__
+        name = _names[kind] = (qualified if module in ("__main__", "builtins") else f"{module}.{qualified}").encode()
+    if getattr(error, "__notes__", None):
+        return "".join(traceback.format_exception_only(error)).encode()
+    if text is None:
+        text = error_text(error)
+    return b"%s: %s\n" % (name, text.encode()) if text else name + b"\n"
+
+
+_names: dict[type[BaseException], bytes] = {}  # as the last line names them; SyntaxError's never kept

@@ -73,11 +73,11 @@ def without_carets(text: str) -> str:
 @pytest.mark.parametrize("key", ["first", "second", "quiet"])
 def test_the_trace_is_pythons_without_carets(fails: Callable[[str], int], key: str) -> None:
     error = raised(fails, key)
-    assert without_carets(stack_trace(error)) == without_carets("".join(traceback.format_exception(error)))
+    assert without_carets(stack_trace(error).decode()) == without_carets("".join(traceback.format_exception(error)))
 
 
 def test_each_record_gets_its_own_message_on_a_path_formatted_once() -> None:
-    first, second = stack_trace(raised(wrapped, "first")), stack_trace(raised(wrapped, "second"))
+    first, second = (stack_trace(raised(wrapped, key)).decode() for key in ("first", "second"))
     assert first.endswith("ValueError: no value for first\n") and "KeyError: 'first'" in first
     assert second.endswith("ValueError: no value for second\n") and "KeyError: 'second'" in second
     assert first.replace("first", "second") == second

@@ -87,3 +87,19 @@ async def test_the_summary_comes_when_its_interval_ends_though_the_events_stoppe
     assert told(caplog) == ["event 0"]
     await asyncio.sleep(0.2)
     assert len(told(caplog)) == 2 and told(caplog)[1].startswith("2 events in the last 0 s: 2 kind")
+
+
+@pytest.mark.anyio
+async def test_under_a_running_loop_a_burst_goes_on_across_intervals_while_events_come(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger=log.name)
+    lines = SummarisedLog(log, "events", in_full=1, every_s=0.2)
+    for n in range(30):  # an event every 20 ms for three intervals: counted, not told
+        event(lines, "kind", f"event {n}")
+        await asyncio.sleep(0.02)
+    assert [line for line in told(caplog) if line.startswith("event")] == ["event 0"]
+    await asyncio.sleep(0.5)  # no event for longer than an interval: the burst is over
+    assert told(caplog)[-1].endswith(" kind")
+    event(lines, "kind", "event 30")
+    assert told(caplog)[-1] == "event 30"

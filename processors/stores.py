@@ -41,9 +41,18 @@ class ReadOnlyStore(Protocol):
 class KeyValueStore(ReadOnlyStore, Protocol):
     """A task's own store: its writes are read back at once (also by range and prefix reads; a write
     made while iterating does not show in that iteration) and are committed, with its changelog,
-    together with the offsets of the records that made them."""
+    together with the offsets of the records that made them.
 
-    def put(self, key: Any, value: Any) -> None: ...
+    A store with `ttl_ms` in the app YAML expires its keys by the task's stream time: a key put when
+    stream time is `t` is gone, for every read, once stream time reaches `t + ttl_ms`, and its changelog
+    gets a tombstone for it. Stream time, not the wall clock, so that a replay or a restore expires the
+    same keys (docs/configuration.md, "Key-value stores with a TTL").
+    """
+
+    def put(self, key: Any, value: Any, ttl_ms: int | None = None) -> None:
+        """Write `key`. `ttl_ms` (a store with `ttl_ms` only) overrides the store's TTL for this write; a
+        put replaces a key's expiry as well as its value."""
+        ...
 
     def delete(self, key: Any) -> None: ...
 

@@ -12,6 +12,7 @@ from stores.read_only import ReadOnlyView
 from stores.rocksdb import RocksDBBackend, wipe
 from stores.sessions import SessionView
 from stores.store import BufferedKeyValueStore
+from stores.ttl import StreamClock, TtlView
 from stores.windows import WindowView
 from stores.windows_by_time import WindowByTimeView
 
@@ -28,6 +29,8 @@ __all__ = [
     "StoreError",
     "StoreLocked",
     "StoreWriteFailed",
+    "StreamClock",
+    "TtlView",
     "WindowByTimeView",
     "WindowView",
     "open_backend",

@@ -28,3 +28,13 @@ class StoreWriteFailed(StoreError):
     Not a corruption either: once the disk is fixed, a restart reopens the store and its changelog
     replays what the failed write would have added.
     """
+
+
+def layout_refused(store: str, kind: str) -> StoreError:
+    """A store that holds keys of another kind's layout (stores/layout.py): its processor declared another
+    kind when they were written, and this kind would never read or expire them."""
+    return StoreError(
+        f"store '{store}' holds entries laid out for another kind than {kind}, the kind its "
+        "processor declares now: delete the app's state and changelogs to start it anew "
+        "(python -m runtime reset app.yaml --delete-state --delete-changelogs)"
+    )

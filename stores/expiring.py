@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from processors.serdes import Serde
-from stores.errors import StoreError
+from stores.errors import layout_refused
 from stores.layout import MIN_TIME, STREAM_TIME, STREAM_TIME_KEY, WINDOW_BY_TIME, StoreKind, time_range
-from stores.ranges import prefix_end
 from stores.serdes import resolve_serde
 from stores.store import BufferedKeyValueStore
 
@@ -28,13 +27,13 @@ EXPIRY_STEPS = 8
 class ExpiringStore:
     """A view over a bytes-keyed `BufferedKeyValueStore`, which keeps doing the buffering, changelog and restore.
 
-    `kind` names the store kind it serves, `_foreign_tags` the range of tags its layout never writes.
+    `kind` names the store kind it serves, `_foreign_tags` the ranges of tags its layout never writes.
     `by_time` is the tag of the keys in time order (stores/layout.py): a time index, whose keys name
     their entries by `entry_of_index`, or the entries themselves (`entry_of_index` None).
     """
 
     kind: StoreKind
-    _foreign_tags = (WINDOW_BY_TIME, prefix_end(WINDOW_BY_TIME))
+    _foreign_tags: tuple[tuple[bytes, bytes | None], ...] = ((WINDOW_BY_TIME, None),)
 
     def __init__(
         self,
@@ -73,13 +72,9 @@ class ExpiringStore:
     def check_layout(self) -> None:
         """Refuse a store that holds keys of another kind's layout (stores/layout.py): its processor
         declared another kind when they were written, and this kind would never read or expire them."""
-        low, high = self._foreign_tags
-        for _ in self._store.range(low, high):
-            raise StoreError(
-                f"store '{self.name}' holds entries laid out for another kind than {self.kind}, the kind its "
-                "processor declares now: delete the app's state and changelogs to start it anew "
-                "(python -m runtime reset app.yaml --delete-state --delete-changelogs)"
-            )
+        for low, high in self._foreign_tags:
+            for _ in self._store.range(low, high):
+                raise layout_refused(self.name, self.kind)
 
     @property
     def retention_ms(self) -> int:

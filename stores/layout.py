@@ -1,6 +1,7 @@
-"""How window and session stores lay their entries out in the bytes keyspace of one key-value store.
+"""How window and session stores, and key-value stores with a TTL, lay their entries out in the bytes
+keyspace of one key-value store.
 
-A one-byte tag starts every key, so three kinds of entry share one store, and with it its changelog,
+A one-byte tag starts every key, so several kinds of entry share one store, and with it its changelog,
 restore and snapshots:
 
 - `00 "stream-time"`: the observed stream time, as a signed 64-bit big-endian value;
@@ -11,7 +12,11 @@ restore and snapshots:
   values: every key's entries in time order, for reads across keys and for expiry;
 - `03 <start> <key>` (windows by time): an entry of a window store that has no per-key range reads,
   whose value is the value's bytes. Laid out in time order, it is its own time index: a window costs
-  one key, and the windows that close or expire are one range read with their values.
+  one key, and the windows that close or expire are one range read with their values;
+- `04 <key>` (key-value stores with a TTL): an entry, whose value is its expiry (8 bytes, signed
+  big-endian) and the value's bytes;
+- `05 <expiry> <key>` (the same): the expiry index, with empty values: every key in the order
+  of its expiry, for expiry in time order.
 
 Keys are the bytes of the store's key serde. A time is 8 bytes, big-endian, of the time plus 2**63:
 byte order is time order, negative times included.
@@ -34,6 +39,8 @@ STREAM_TIME_KEY = b"\x00stream-time"
 ENTRY = b"\x01"
 INDEX = b"\x02"
 WINDOW_BY_TIME = b"\x03"
+TTL_ENTRY = b"\x04"
+TTL_INDEX = b"\x05"
 
 _TIME = struct.Struct(">Q")
 TIME_SIZE = _TIME.size
@@ -97,6 +104,15 @@ def session_entry(key: bytes, start: int, end: int) -> bytes:
 
 def session_index(key: bytes, start: int, end: int) -> bytes:
     return INDEX + time_bytes(end) + time_bytes(start) + key
+
+
+def ttl_index(key: bytes, expiry: int) -> bytes:
+    return TTL_INDEX + _TIME.pack(expiry + _TIME_OFFSET) + key
+
+
+def ttl_of_index(index: bytes) -> tuple[bytes, int]:
+    """The key and expiry an expiry index entry names."""
+    return index[_INDEX_TIMES:], time_at(index, len(TTL_INDEX))
 
 
 def session_of_index(index: bytes) -> tuple[bytes, int, int]:

@@ -20,6 +20,8 @@ from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
 from processors.serdes import Serde
 from stores.backend import Backend, Change
+from stores.errors import layout_refused
+from stores.layout import STREAM_TIME_KEY
 from stores.ranges import overlay, prefix_end
 from stores.serdes import resolve_serde
 
@@ -89,7 +91,12 @@ class BufferedKeyValueStore:
             return default
         return self._values.deserialize(value)
 
-    def put(self, key: Any, value: Any) -> None:
+    def put(self, key: Any, value: Any, ttl_ms: int | None = None) -> None:
+        if ttl_ms is not None:
+            raise TypeError(
+                f"store '{self.name}' has no ttl_ms in the app YAML, so its keys never expire: give it ttl_ms "
+                "(the default TTL) to put a key with one"
+            )
         key_bytes = self._keys.serialize(key)
         value_bytes = self._values.serialize(value)
         if self._pending_order is not None and key_bytes not in self._pending:
@@ -106,6 +113,12 @@ class BufferedKeyValueStore:
         if self._unlogged is not None:
             self._unlogged[key_bytes] = None
 
+    def check_layout(self) -> None:
+        """Refuse a store laid out as a key-value store with a TTL, or a window or session store (stores/layout.py):
+        its keys would be read as garbage, and none would ever expire."""
+        if self._backend.get(STREAM_TIME_KEY) is not None:
+            raise layout_refused(self.name, "key_value without ttl_ms")
+
     def write_encoded(self, key_bytes: bytes, value_bytes: bytes | None) -> None:
         """A write of bytes already encoded (by the topic a table mirrors); `None` deletes."""
         if self._pending_order is not None and key_bytes not in self._pending:
@@ -113,6 +126,17 @@ class BufferedKeyValueStore:
         self._pending[key_bytes] = value_bytes
         if self._unlogged is not None:
             self._unlogged[key_bytes] = value_bytes
+
+    def take_back(self, key_bytes: bytes) -> bool:
+        """Take back the write of `key_bytes` made since the last flush, if any: the key is left as the
+        backend and the changelog last had it, and needs no tombstone. False when there was none."""
+        if self._pending.pop(key_bytes, False) is False:
+            return False
+        if self._unlogged is not None:
+            self._unlogged.pop(key_bytes, None)
+        self._pending_order = None  # rebuilt by the next range read
+        self._unordered = []
+        return True
 
     def take_changes(self) -> dict[bytes, bytes | None]:
         """The latest value of each key written since the last call (`None`: deleted), for the changelog."""

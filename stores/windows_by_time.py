@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from stores.layout import ENTRY, WINDOW_BY_TIME, time_range, window_by_time, window_of_index
+from stores.layout import ENTRY, TTL_ENTRY, WINDOW_BY_TIME, time_range, window_by_time, window_of_index
 from stores.windows import WindowView
 
 
@@ -23,7 +23,7 @@ class WindowByTimeView(WindowView):
     _entry = staticmethod(window_by_time)
     _time_order = (WINDOW_BY_TIME, None)
     kind = "window_by_time"
-    _foreign_tags = (ENTRY, WINDOW_BY_TIME)
+    _foreign_tags = ((ENTRY, WINDOW_BY_TIME), (TTL_ENTRY, None))
 
     def put(self, key: Any, start: int, value: Any) -> bool:
         if start < self._cutoff():

@@ -1,4 +1,5 @@
-"""The kinds of task store (`stores.<name>.kind`), and the retention that windows and sessions need."""
+"""The kinds of task store (`stores.<name>.kind`), the retention that windows and sessions need, and the TTL
+that only key-value stores take."""
 
 from __future__ import annotations
 
@@ -20,3 +21,11 @@ def retention_fits_kind(retention_ms: int | None, info: ValidationInfo) -> int |
             "a key_value store keeps its keys until deleted: only window, window_by_time and session stores take it"
         )
     return retention_ms
+
+
+def ttl_fits_kind(ttl_ms: int | None, info: ValidationInfo) -> int | None:
+    """Window and session stores expire by their `retention_ms`; a TTL is a key-value store's."""
+    kind = info.data.get("kind")
+    if ttl_ms is not None and kind in KINDS_IN_TIME:
+        raise ValueError(f"a {kind} store expires its entries by retention_ms: only key_value stores take ttl_ms")
+    return ttl_ms

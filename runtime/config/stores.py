@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from processors.global_updater import GlobalStoreUpdater
 from runtime.config.common import Strict, duration_ms, import_subclass, known_serde, valid_topic_name
-from runtime.config.store_kinds import retention_fits_kind
+from runtime.config.store_kinds import retention_fits_kind, ttl_fits_kind
 from stores.layout import StoreKind
 
 
@@ -52,17 +52,22 @@ class StoreConfig(Strict):
     key_serde: str = "msgpack"
     value_serde: str = "msgpack"
     retention_ms: int | None = Field(default=None, gt=0, validate_default=True)
+    ttl_ms: int | None = Field(default=None, gt=0)  # milliseconds of stream time, or "30s", "15m", "1h", "1d"
     snapshots: SnapshotsConfig | None = None
 
     _serdes_exist = field_validator("key_serde", "value_serde")(classmethod(lambda cls, name: known_serde(name)))
     _retention_fits_kind = field_validator("retention_ms")(
         classmethod(lambda cls, retention_ms, info: retention_fits_kind(retention_ms, info))
     )
+    _a_duration = field_validator("ttl_ms", mode="before")(classmethod(lambda cls, ttl: duration_ms(ttl)))
+    _ttl_fits_kind = field_validator("ttl_ms")(classmethod(lambda cls, ttl_ms, info: ttl_fits_kind(ttl_ms, info)))
 
     @model_validator(mode="after")
     def _snapshots_need_rocksdb_and_changelog(self) -> StoreConfig:
         if self.snapshots is not None and (self.backend != "rocksdb" or not self.changelog):
             raise ValueError("snapshots are ingested into RocksDB stores with a changelog only")
+        if self.snapshots is not None and self.ttl_ms is not None:
+            raise ValueError("snapshots are built of key-value stores without ttl_ms, and of window and session stores")
         return self
 
 

@@ -71,6 +71,8 @@ class ChangelogRestorer:
                         span.set_attribute(RESTORED, restored)
             if entry.view is not None:
                 entry.view.check_layout()
+            elif not entry.mirrors_input:
+                entry.store.check_layout()
 
     async def _restore_store(self, state: TaskState, entry: TaskStore, tp: TopicPartition) -> int:
         """Returns how many records it applied."""

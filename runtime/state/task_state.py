@@ -24,6 +24,8 @@ from stores import (
     StoreCorrupted,
     StoreError,
     StoreLocked,
+    StreamClock,
+    TtlView,
     WindowView,
     open_backend,
     wipe,
@@ -40,8 +42,8 @@ class TaskStore:
     name: str
     spec: StoreConfig
     path: Path
-    store: BufferedKeyValueStore  # of a window or session store, the bytes under `view`
-    view: WindowView | SessionView | None  # what a processor reads a window or session store through
+    store: BufferedKeyValueStore  # of a window or session store, or one with a TTL, the bytes under `view`
+    view: WindowView | SessionView | TtlView | None  # what a processor reads such a store through
     backend: Backend  # the store's own, for loading snapshots into
     changelog: TopicPartition | None
     snapshots: SnapshotsConfig | None
@@ -73,6 +75,8 @@ class TaskState:
         self._topic_serdes = topic_serdes or {}
         self._buffers = buffers
         self.stores: dict[str, TaskStore] = {}
+        # What tells the stores with a TTL the task's stream time: its context, once it is built.
+        self.stream_clock: StreamClock | None = None
 
     @property
     def app_id(self) -> str:
@@ -102,13 +106,15 @@ class TaskState:
 
     def _built(
         self, name: str, spec: StoreConfig, backend: Backend, changelog: TopicPartition | None
-    ) -> tuple[BufferedKeyValueStore, WindowView | SessionView | None]:
+    ) -> tuple[BufferedKeyValueStore, WindowView | SessionView | TtlView | None]:
         keys, values = resolve_serde(spec.key_serde), resolve_serde(spec.value_serde)
         logged = changelog is not None
-        if spec.kind == "key_value":
+        if spec.kind == "key_value" and spec.ttl_ms is None:
             return BufferedKeyValueStore(backend, keys, values, name=name, changelog=logged), None
         # A view over a store of bytes, which its changelog, restore and snapshots handle as any other.
         store = BufferedKeyValueStore(backend, RawSerde(), RawSerde(), name=name, changelog=logged)
+        if spec.ttl_ms is not None:
+            return store, TtlView(store, spec.ttl_ms, keys, values, self.stream_clock)
         assert spec.retention_ms is not None  # the config requires it of these kinds
         return store, TIME_VIEWS[spec.kind](store, spec.retention_ms, keys, values)
 
@@ -151,10 +157,17 @@ class TaskState:
         entry.store.wipe()
 
     def _write_stream_times(self) -> None:
-        """Window and session stores keep their stream time in memory between commits."""
+        """Window and session stores, and stores with a TTL, keep their stream time in memory between commits."""
         for entry in self.stores.values():
             if entry.view is not None:
                 entry.view.write_stream_time()
+
+    def _expire(self) -> None:
+        """The stores with a TTL delete what the stream time expired, so that the tombstones go with the
+        commit whose records moved it there."""
+        for entry in self.stores.values():
+            if isinstance(entry.view, TtlView):
+                entry.view.expire()
 
     @property
     def has_unflushed_writes(self) -> bool:
@@ -167,6 +180,7 @@ class TaskState:
 
     def log_changes(self) -> None:
         """Hand the stores' changes since the last commit to the output path, as changelog records."""
+        self._expire()
         self._write_stream_times()
         for entry in self.stores.values():
             if entry.changelog is not None and not entry.mirrors_input:

@@ -101,4 +101,6 @@ def build_task(
         services.counters,
         services.clock,
     )
+    if state is not None:
+        state.stream_clock = context
     return Task(task_id, processor, context, inputs, outputs, services, end_offsets, state, broadcast, concurrency)

@@ -16,7 +16,7 @@ from runtime.state.task_state import TaskState, TaskStore
 from runtime.task.clock import SYSTEM_CLOCK, Clock
 from runtime.telemetry.trace_headers import TRACEPARENT_CLASS, UNTRACED_CLASS, OutputContext, fields_of
 from runtime.telemetry.tracing import with_fields
-from stores import BufferedKeyValueStore, ReadOnlyView, SessionView, WindowView
+from stores import BufferedKeyValueStore, ReadOnlyView, SessionView, TtlView, WindowView
 
 NEVER = 1 << 63  # a stream time no record reaches: when the next stream-time punctuation is due if none is
 TopicSerdes = Mapping[str, tuple[Serde, Serde]]
@@ -218,11 +218,13 @@ class TaskContext(Context):
             Output(topic, key_bytes, value_bytes, carried, timestamp, self.source, self._processor_name)
         )
 
-    def store(self, name: str) -> BufferedKeyValueStore:
+    def store(self, name: str) -> BufferedKeyValueStore | TtlView:
         entry = self._declared(name)
-        if entry.view is not None:
-            raise self._other_kind(entry, "store")
-        return entry.store
+        if entry.view is None:
+            return entry.store
+        if isinstance(entry.view, TtlView):
+            return entry.view
+        raise self._other_kind(entry, "store")
 
     def window_store(self, name: str) -> WindowView:
         entry = self._declared(name)

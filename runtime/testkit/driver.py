@@ -56,7 +56,7 @@ from runtime.testkit.clock import ManualClock
 from runtime.testkit.commits import MemoryCommits
 from runtime.testkit.records import DeadLetter, TopicRecord
 from runtime.testkit.topics import DEFAULT_BATCH_SIZE, MemoryProducer, Topics
-from stores import BufferedKeyValueStore, ReadOnlyView, SessionView, WindowView
+from stores import BufferedKeyValueStore, ReadOnlyView, SessionView, TtlView, WindowView
 from stores.partitioner import partition_for
 
 MAX_ROUNDS = 10_000
@@ -292,9 +292,10 @@ class AppDriver:
         """The partition of `topic` a record with `key` goes to (and so the task that reads it)."""
         return partition_for(self._serdes_of(topic)[0].serialize(key), self.topics.partitions(topic))
 
-    def store(self, name: str, partition: int = 0) -> BufferedKeyValueStore:
+    def store(self, name: str, partition: int = 0) -> BufferedKeyValueStore | TtlView:
         """A key-value store of the task of `partition`, as its processor reads it; writes to it are the
-        task's (logged to the changelog at the next commit)."""
+        task's (logged to the changelog at the next commit). A store with `ttl_ms` reads with the task's
+        stream time, as its processor does."""
         return self._task_of_store(name, partition).context.store(name)
 
     def window_store(self, name: str, partition: int = 0) -> WindowView:

@@ -18,19 +18,24 @@ from runtime.commands.running import command_parser, run
 from runtime.commands.times import parse_time
 from runtime.commands.topic_serdes import TopicSerdes, add_serde_options, declared_serdes, topic_serdes
 from runtime.replay.keys import KeyNotEncodable, encoded_key
+from runtime.replay.partitioners import DEFAULT, PARTITIONERS, elsewhere
 from runtime.replay.scan import Progress as Done
 from runtime.replay.scan import RangeGone, Replay, replay
 
 EPILOG = """\
-The key's partition is Kafka's default for its bytes (the topic's key serde encodes KEY; a JSON or msgpack
-key is given as JSON), as its producer chose it: only that partition is read, from the first record at or
+The key's partition is the one its producer chose for its bytes (the topic's key serde encodes KEY; a JSON
+or msgpack key is given as JSON): Kafka's default, murmur2, as Java's producer and aiokafka choose it, or
+another of librdkafka's partitioners with --partitioner (confluent-kafka and the other librdkafka clients
+default to consistent_random, a CRC32 of the key). Only that partition is read, from the first record at or
 after --from, up to the first record at or after --to (or the end of the partition when the command
 started). Records go to standard output as JSON lines (as `consume` prints them), to --output FILE, or to
 --to-topic TOPIC, keys, values and headers as they were (encoded again when the YAML gives that topic
-other serdes). A progress bar on standard error counts the records read and those that matched.
+other serdes). A progress bar on standard error counts the records read and those that matched. When the
+partition holds no record of the key in the range, one line says so, and where the other partitioners put it.
 
 examples:
   python -m runtime replay activity --app app.yaml --key acc-0042 --from 2026-11-20T10:00Z --to 2026-11-20T12:00Z
+  python -m runtime replay activity --key acc-0042 --partitioner consistent_random --from 2026-11-20
   python -m runtime replay activity --partition 3 --from 2026-11-20 --output day.jsonl
 """
 
@@ -42,7 +47,7 @@ async def replay_command(cluster: Cluster, args: argparse.Namespace, out: TextIO
         key = None if args.key is None else encoded_key(serdes.key, serdes.raw_key, args.key)
     except KeyNotEncodable as error:
         raise CommandFailed(str(error)) from None
-    what = Replay(args.topic, key, args.partition, args.start, args.end)
+    what = Replay(args.topic, key, args.partition, args.start, args.end, args.partitioner)
     try:
         partition = what.partition_of(partitions)
     except ValueError as error:
@@ -75,8 +80,26 @@ async def replay_command(cluster: Cluster, args: argparse.Namespace, out: TextIO
     finally:
         await consumer.stop()
         await write(None)
-    print(f"{matched:,} record{'' if matched == 1 else 's'} from {args.topic}[{partition}]", file=sys.stderr)
+    if matched == 0 and key is not None:
+        print(not_found(args, key, partitions, partition), file=sys.stderr)
+    else:
+        print(f"{matched:,} record{'' if matched == 1 else 's'} from {args.topic}[{partition}]", file=sys.stderr)
     return 0
+
+
+def not_found(args: argparse.Namespace, key: bytes, partitions: int, partition: int) -> str:
+    """No record of the key where its partitioner puts it: where the other partitioners would have."""
+    where = f"no record of key {args.key!r} in {args.topic}[{partition}]"
+    if args.start is not None or args.end is not None:
+        where += " in the range"
+    others = elsewhere(key, partitions, args.partitioner)
+    if not others:
+        return f"{where}, where every partitioner puts it"
+    tries = "; ".join(
+        f"{' or '.join(f'--partitioner {name}' for name in names)} reads partition {other}"
+        for other, names in sorted(others.items())
+    )
+    return f"{where}, where {args.partitioner} puts it; if its producer used another partitioner: {tries}"
 
 
 async def _writer(cluster: Cluster, args: argparse.Namespace, serdes: TopicSerdes, out: TextIO) -> Callable[[Any], Any]:
@@ -118,6 +141,13 @@ def parser() -> argparse.ArgumentParser:
     which.add_argument("--key", help="the key: its partition is read, and only its records are kept")
     which.add_argument("--partition", type=int, metavar="P", help="every record of partition P in the range")
     parser.add_argument(
+        "--partitioner",
+        choices=list(PARTITIONERS),
+        default=DEFAULT,
+        help="with --key: how its producer chose the partition, by librdkafka's names (default murmur2_random, "
+        "as Java's producer; librdkafka's clients default to consistent_random)",
+    )
+    parser.add_argument(
         "--from", dest="start", type=parse_time, metavar="TIME", help="ISO 8601 (default: the beginning)"
     )
     parser.add_argument(
@@ -136,6 +166,9 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     if args.start is not None and args.end is not None and args.end <= args.start:
         print("error: --to must come after --from", file=sys.stderr)
+        return 2
+    if args.partition is not None and args.partitioner != DEFAULT:
+        print("error: --partitioner places a --key; --partition names the partition itself", file=sys.stderr)
         return 2
     return run(
         args.app,

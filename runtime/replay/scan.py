@@ -1,7 +1,8 @@
 """One key's records in a time range: read from the one partition its producer chose, from the range's start.
 
-The partition is Kafka's default for the key's bytes (murmur2 of the bytes, modulo the topic's partition
-count), as a Java or aiokafka producer chose it: so only that partition is read, and only from the first
+The partition is the one the key's producer chose: Kafka's default for the key's bytes (murmur2, modulo the
+topic's partition count), as a Java or aiokafka producer chose it, or another of librdkafka's partitioners
+named (`partitioners.py`): so only that partition is read, and only from the first
 offset whose timestamp is at or after the range's start (`offsets_for_times`). Reading stops at the first
 record whose timestamp is at or past the range's end, or at the end offset taken at start, whichever
 comes first. Producers set timestamps, so they can go back and forth within a partition; a record
@@ -22,7 +23,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from stores.partitioner import partition_for
+from runtime.replay.partitioners import DEFAULT, PARTITIONERS
 
 FETCH_MS = 500
 
@@ -34,13 +35,15 @@ class RangeGone(LookupError):
 @dataclass(frozen=True)
 class Replay:
     """What to replay: `topic`, `key` (its encoded bytes; None: every key of `partition`), or a
-    `partition`, and the range `[start_ms, end_ms)` (None: from the beginning, to the end)."""
+    `partition`, the range `[start_ms, end_ms)` (None: from the beginning, to the end), and the name of
+    the partitioner that placed the key (librdkafka's names: `partitioners.py`)."""
 
     topic: str
     key: bytes | None = None
     partition: int | None = None
     start_ms: int | None = None
     end_ms: int | None = None
+    partitioner: str = DEFAULT
 
     def matches(self, record: Any) -> bool:
         """Of the key (when given) and at or after the start (when given); the end is where reading stops."""
@@ -55,7 +58,7 @@ class Replay:
             return self.partition
         if self.key is None:
             raise ValueError("give a key or a partition")
-        return partition_for(self.key, partitions)
+        return PARTITIONERS[self.partitioner].partition(self.key, partitions)
 
 
 @dataclass(frozen=True)

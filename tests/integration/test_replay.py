@@ -1,5 +1,6 @@
 """Replay by key and time against a real broker: only the key's partition, exactly its records in the range,
-the partition its producer chose, and a range that retention deleted said so plainly."""
+the partition its producer chose (Java's partitioner or librdkafka's), and a range that retention deleted
+said so plainly."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+from confluent_kafka import Producer
 
+from runtime.replay.partitioners import PARTITIONERS
 from runtime.replay.scan import RangeGone, Replay, replay
 from tests.conftest import TopicNamer
 from tests.support.kafka_helpers import create_topic
@@ -69,6 +72,60 @@ def test_the_partition_of_a_key_is_the_one_its_producer_chose(kafka_bootstrap: s
             await producer.stop()
 
     assert all(Replay(topic, key).partition_of(6) == partition for key, partition in asyncio.run(chosen()))
+
+
+def librdkafka_placed(bootstrap: str, topic: str, keys: list[bytes], partitioner: str | None = None) -> list[int]:
+    """Each key sent by librdkafka (confluent-kafka), with `partitioner` (default: its own default): the
+    partition it chose for each."""
+    producer = Producer({"bootstrap.servers": bootstrap, **({"partitioner": partitioner} if partitioner else {})})
+    placed: dict[bytes, set[int]] = {}
+
+    def delivered(error: Any, message: Any) -> None:
+        assert error is None, error
+        placed.setdefault(message.key(), set()).add(message.partition())
+
+    for index, key in enumerate(keys):
+        producer.produce(topic, value=json.dumps({"n": index}).encode(), key=key, on_delivery=delivered)
+    assert producer.flush(30) == 0
+    assert all(len(partitions) == 1 for partitions in placed.values())  # a key's records, in one partition
+    return [min(placed[key]) for key in keys]
+
+
+def test_librdkafkas_partitioners_put_each_key_where_replay_looks(kafka_bootstrap: str, topic_name: TopicNamer) -> None:
+    topic = topic_name("librdkafka")
+    asyncio.run(create_topic(kafka_bootstrap, topic, 7))
+    rng = random.Random(11)
+    keys = [rng.randbytes(rng.randint(1, 40)) for _ in range(300)]
+    for name, partitioner in PARTITIONERS.items():
+        placed = librdkafka_placed(kafka_bootstrap, topic, keys, name)
+        assert [partitioner.partition(key, 7) for key in keys] == placed, name
+
+
+def test_a_key_librdkafka_placed_is_found_with_its_partitioner_and_its_absence_told(
+    kafka_bootstrap: str, topic_name: TopicNamer
+) -> None:
+    topic = topic_name("crc32")
+    asyncio.run(create_topic(kafka_bootstrap, topic, 6))
+    keys = [f"acc-{n:04d}".encode() for n in range(40)] * 3
+    placed = librdkafka_placed(kafka_bootstrap, topic, keys)  # librdkafka's default: consistent_random
+    key = next(k for k in keys if PARTITIONERS["consistent_random"].partition(k, 6) != Replay(topic, k).partition_of(6))
+    crc32 = PARTITIONERS["consistent_random"].partition(key, 6)
+    assert {partition for k, partition in zip(keys, placed, strict=True) if k == key} == {crc32}
+
+    def replay_command(*options: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "runtime", "replay", topic, "--key", key.decode(), "--no-progress", *options]
+        return subprocess.run(command, cwd=REPO, env=_env(kafka_bootstrap), capture_output=True, text=True, check=False)
+
+    missed = replay_command()
+    assert missed.returncode == 0 and missed.stdout == "", missed.stderr
+    told = missed.stderr.strip().splitlines()
+    assert len(told) == 1 and told[0].startswith(f"no record of key '{key.decode()}' in {topic}["), missed.stderr
+    assert f"--partitioner consistent_random or --partitioner consistent reads partition {crc32}" in told[0]
+    found = replay_command("--partitioner", "consistent_random")
+    assert found.returncode == 0, found.stderr
+    lines = [json.loads(line) for line in found.stdout.splitlines()]
+    assert [(line["key"], line["partition"]) for line in lines] == [(key.decode(), crc32)] * 3
+    assert f"3 records from {topic}[{crc32}]" in found.stderr
 
 
 def test_a_replay_is_exactly_the_keys_records_in_the_range_in_offset_order(

@@ -3,7 +3,9 @@ table holds, kept in the same database, and written in the same database transac
 
 So the table and its positions never disagree: after any crash, a record below its partition's position
 is in the table, and one at or above it is not, whatever Kafka's committed offsets say. A task skips the
-records below its positions; Kafka's delivery, at least once, does the rest.
+records below its positions; Kafka's delivery, at least once, does the rest. A rewind
+(`python -m runtime rewind`) moves them back with the group's offsets, so that the records after a
+checkpoint are written again rather than skipped.
 """
 
 from __future__ import annotations
@@ -23,6 +25,18 @@ def create_sql(table: str) -> str:
 
 def read_sql(table: str) -> str:
     return f"SELECT topic, next_offset FROM {table} WHERE consumer = $1 AND partition = $2"
+
+
+def read_all_sql(table: str) -> str:
+    return f"SELECT topic, partition, next_offset FROM {table} WHERE consumer = $1"
+
+
+def rewind_sql(table: str) -> str:
+    """Back to an earlier offset, never forward: a partition already behind it keeps its position."""
+    return (
+        f"UPDATE {table} SET next_offset = $4 "
+        "WHERE consumer = $1 AND topic = $2 AND partition = $3 AND next_offset > $4"
+    )
 
 
 def write_sql(table: str) -> str:

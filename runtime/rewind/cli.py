@@ -10,10 +10,12 @@ Every worker of the app must be stopped (a group with active members is refused)
    anything, ends with the checkpoint's state; and the checkpoint is carried forward to the changelog's
    new end, a snapshot named after the rewind that a store restores from without replaying the tail.
    The local stores are left as they are: behind that snapshot, they are loaded from it.
-3. The group's committed offsets move to the checkpoint's input offsets. An input partition no store
+3. Each `PostgresSink`'s positions in its database move back with the group's offsets, so that it writes
+   the records after the checkpoint again instead of skipping them (runtime/rewind/sinks.py).
+4. The group's committed offsets move to the checkpoint's input offsets. An input partition no store
    covers (a stateless processor's) goes to its first record at or after the checkpoint's moment, and
    an intermediate topic no store covers to its end, as `reset` does.
-4. The rewind is recorded, in the log and as a JSON record on `<app_id>-rewinds`.
+5. The rewind is recorded, in the log and as a JSON record on `<app_id>-rewinds`.
 
 The outputs of the records processed again repeat those sent the first time: see docs/rewind.md for
 the ways to tell them apart.
@@ -42,6 +44,7 @@ from runtime.config import AppConfig
 from runtime.kafka.topics import InternalTopic, describe_partitions, ensure_internal_topics
 from runtime.rewind.catalog import AppCheckpoint, checkpoints
 from runtime.rewind.changelog import Correction, append, corrections, ends
+from runtime.rewind.sinks import SinkMove, database_sinks, move, planned_moves, rows_left_beside
 from stores.checkpoint import carry_forward
 
 log = logging.getLogger("runtime.rewind")
@@ -60,6 +63,8 @@ class RewindPlan:
     group: str
     offsets: dict[TopicPartition, tuple[int | None, int]] = field(default_factory=dict)  # (committed now, new)
     corrections: dict[TopicPartition, list[Correction]] = field(default_factory=dict)
+    sinks: list[SinkMove] = field(default_factory=list)
+    sink_notes: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         lines = [
@@ -76,6 +81,7 @@ class RewindPlan:
             )
         if not self.corrections:
             lines.append("  the changelogs already agree with the checkpoint")
+        lines += [planned.describe() for planned in self.sinks] + self.sink_notes
         return "\n".join(lines)
 
     def record(self) -> dict[str, Any]:
@@ -88,6 +94,7 @@ class RewindPlan:
                 for tp, (now, new) in sorted(self.offsets.items())
             },
             "changelog_records": sum(len(records) for records in self.corrections.values()),
+            "sinks": [planned.record() for planned in self.sinks],
         }
 
 
@@ -141,6 +148,9 @@ async def plan(cluster: Cluster, app: AppConfig, checkpoint: AppCheckpoint) -> R
             planned.offsets[tp] = (now, new[tp])
         for store, manifest in checkpoint.manifests.items():
             planned.corrections |= await corrections(consumer, checkpoint.directories[store], manifest)
+        sinks = database_sinks(app)
+        planned.sinks = await planned_moves(sinks, new)
+        planned.sink_notes = rows_left_beside(sinks, intermediate)
     finally:
         await consumer.stop()
         await admin.close()
@@ -166,8 +176,9 @@ async def rewind(cluster: Cluster, args: argparse.Namespace) -> int:
         for tp, records in planned.corrections.items():  # 2, before the offsets: a rewind cut off here is done again
             await append(producer, tp, records)
         await _carry_forward(cluster, planned)
-        await commit_offsets(cluster, planned.group, {tp: new for tp, (_, new) in planned.offsets.items()})  # 3
-        await _record(cluster, app, producer, planned)  # 4
+        await move(planned.sinks)  # 3, before the offsets: a sink's database out of reach leaves them as they were
+        await commit_offsets(cluster, planned.group, {tp: new for tp, (_, new) in planned.offsets.items()})  # 4
+        await _record(cluster, app, producer, planned)  # 5
     finally:
         await producer.stop()
     print("done")

@@ -1,6 +1,7 @@
 """Rewind after a bug fix (seed 004) against a real broker: an app checkpoints, a buggy version of it runs
 on, the bug is fixed and the app rewound to the checkpoint; processing again gives the state of the fixed
-code over the whole input, exactly, under exactly-once, and so does a restore from nothing after it."""
+code over the whole input, exactly, under exactly-once, and so does a restore from nothing after it; and
+the tables its sinks wrote in a real PostgreSQL, as a clean run of the fixed code writes them."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import msgpack
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
@@ -133,6 +136,105 @@ async def delete_records(bootstrap: str, topic: str, below: int) -> None:
         await admin.delete_records({TopicPartition(topic, p): RecordsToDelete(below) for p in range(PARTITIONS)})
     finally:
         await admin.close()
+
+
+def query(url: str, sql: str) -> list[dict[str, Any]]:
+    async def fetch() -> list[dict[str, Any]]:
+        connection = await asyncpg.connect(url)
+        try:
+            return [dict(row) for row in await connection.fetch(sql)]
+        finally:
+            await connection.close()
+
+    return asyncio.run(fetch())
+
+
+def payments(count: int, start: int = 0) -> list[tuple[bytes, bytes]]:
+    """Keyed `k<n % 97>`, with the `n` the counting processor reads and the `amount` the sinks write."""
+    return [(f"k{n % 97}".encode(), msgpack.packb({"n": n, "amount": n})) for n in range(start, start + count)]
+
+
+def with_sinks(app: dict[str, Any], source: str, dsn: str, tables: dict[str, str], buggy: bool) -> dict[str, Any]:
+    """The app with three writers of `source` to PostgreSQL, each writing amounts ten times over for keys ending
+    in 7 when `buggy`: a PostgresSink inserting a row per record, one upserting the latest per key, and a
+    processor of its own writing by idempotency key."""
+    sink = {"class": "tests.support.apps:AmountSink", "inputs": [source]}
+    ledger = {
+        "table": tables["ledger"],
+        "mode": "insert",
+        "buggy": buggy,
+        "columns": {"part": "partition", "position": "offset", "account": "key", "amount": "value.amount"},
+    }
+    latest = {
+        "table": tables["latest"],
+        "mode": "upsert",
+        "key_columns": ["account"],
+        "buggy": buggy,
+        "columns": {"account": "key", "amount": "value.amount"},
+    }
+    own = {"dsn": dsn, "table": tables["keyed"], "buggy": buggy}
+    return app | {"processors": [*app["processors"], {**sink, "name": "ledger", "params": {**ledger, "dsn": dsn}},
+                                 {**sink, "name": "latest", "params": {**latest, "dsn": dsn}},
+                                 {"name": "keyed", "class": "tests.support.apps:LedgerWriter", "inputs": [source],
+                                  "params": own}]}  # fmt: skip
+
+
+def create_tables(dsn: str, suffix: str) -> dict[str, str]:
+    tables = {name: f"{name}_{suffix}" for name in ("ledger", "latest", "keyed")}
+    query(dsn, f"CREATE TABLE {tables['ledger']} (part integer, position bigint, account text, amount bigint)")
+    query(dsn, f"CREATE TABLE {tables['latest']} (account text PRIMARY KEY, amount bigint)")
+    query(dsn, f"CREATE TABLE {tables['keyed']} (idempotency_key text PRIMARY KEY, account text, amount bigint)")
+    return tables
+
+
+def table_rows(dsn: str, tables: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+    return {name: query(dsn, f"SELECT * FROM {table} ORDER BY 1, 2") for name, table in tables.items()}
+
+
+def test_a_rewind_after_a_buggy_postgres_sink_leaves_the_tables_of_a_clean_run_of_the_fixed_code(
+    kafka_bootstrap: str, postgres_url: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    app, source, _ = checkpointing_app(kafka_bootstrap, topic_name, tmp_path)
+    suffix = uuid.uuid4().hex[:8]
+    tables = create_tables(postgres_url, suffix)
+    fixed = write_app(tmp_path, with_sinks(app, source, postgres_url, tables, buggy=False), "fixed.yaml")
+    buggy = write_app(tmp_path, with_sinks(app, source, postgres_url, tables, buggy=True), "buggy.yaml")
+
+    # The fixed code over the first 150 records, and a checkpoint; the buggy one over the next 150.
+    asyncio.run(produce(kafka_bootstrap, source, payments(150)))
+    worker = spawn_worker(fixed, log=tmp_path / "fixed.log")
+    wait_until_committed(kafka_bootstrap, app["app_id"], source, 150)
+    asked = runtime(kafka_bootstrap, "checkpoint", str(fixed), "--timeout", "60")
+    assert asked.returncode == 0, asked.stderr + (tmp_path / "fixed.log").read_text()
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(60) == 0
+    asyncio.run(produce(kafka_bootstrap, source, payments(150, start=150)))
+    assert runtime(kafka_bootstrap, str(buggy), "--until-caught-up").returncode == 0
+    wrong = table_rows(postgres_url, tables)
+    assert max(row["amount"] for row in wrong["ledger"]) == 2_980  # record 298 (k7), ten times over
+
+    # Rewound to the checkpoint, each sink's positions go back with the group's offsets, and the fixed code
+    # writes the records after the checkpoint again.
+    done = runtime(kafka_bootstrap, "rewind", str(fixed), "--to", asked.stdout.strip())
+    assert done.returncode == 0, done.stderr
+    moved = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("sink ")]
+    assert len(moved) == 2 * PARTITIONS, done.stdout  # one line per sink and partition
+    assert all(f"{source}[" in line for line in moved)
+    assert sum("rows they wrote deleted" in line for line in moved) == PARTITIONS  # the insert mode's
+    assert sum("replaced by key (upsert)" in line for line in moved) == PARTITIONS
+    assert runtime(kafka_bootstrap, str(fixed), "--until-caught-up").returncode == 0
+    rewound = table_rows(postgres_url, tables)
+
+    # A clean run of the fixed code, another app over the same input, into tables of its own.
+    clean_tables = create_tables(postgres_url, f"clean_{suffix}")
+    clean_app = {key: value for key, value in app.items() if key != "snapshots"} | {"app_id": f"{app['app_id']}-clean"}
+    clean = write_app(tmp_path, with_sinks(clean_app, source, postgres_url, clean_tables, buggy=False), "clean.yaml")
+    assert runtime(kafka_bootstrap, str(clean), "--until-caught-up").returncode == 0
+    expected = table_rows(postgres_url, clean_tables)
+    assert len(expected["ledger"]) == len(expected["keyed"]) == 300 and len(expected["latest"]) == 97
+    assert rewound == expected
+    for table in (*tables.values(), *clean_tables.values()):
+        query(postgres_url, f"DROP TABLE {table}")
 
 
 def test_checkpoints_taken_every_second_while_workers_are_killed_hold_exactly_their_input_offsets_state(

@@ -8,12 +8,13 @@ import random
 import signal
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import asyncpg
 
 from processors import Context, Processor, Record
 from processors.dedup import Deduplicate
-from processors.sinks import PostgresSink
+from processors.sinks import PostgresSink, PostgresSinkParams
 
 
 class Echo(Processor):
@@ -214,19 +215,28 @@ class SlowPostgresSink(PostgresSink):
         await super().process(record, ctx)
 
 
+def amount(record: Record, buggy: bool) -> int:
+    """The record's `amount`; ten times over for keys ending in 7 when `buggy`."""
+    found = int(record.value["amount"])
+    return found * 10 if buggy and str(record.key).endswith("7") else found
+
+
 class LedgerWriter(Processor):
     """docs/databases.md's pattern: a processor that writes to PostgreSQL itself, each row with its
-    record's idempotency key, in one database transaction per commit; a record delivered again is skipped
-    by the key's unique constraint. params: `dsn`, `table` (idempotency_key text PRIMARY KEY, account, amount)."""
+    record's idempotency key, in one database transaction per commit; a record delivered again writes its
+    row over itself by the key's unique constraint, and after a rewind the fixed code's row over the bug's.
+    params: `dsn`, `table` (idempotency_key text PRIMARY KEY, account, amount), `buggy` (see `amount`)."""
 
     async def init(self, ctx: Context) -> None:
         self.connection = await asyncpg.connect(str(ctx.params["dsn"]))
         self.insert = (f"INSERT INTO {ctx.params['table']} (idempotency_key, account, amount) VALUES ($1, $2, $3) "
-                       "ON CONFLICT (idempotency_key) DO NOTHING")  # fmt: skip
+                       "ON CONFLICT (idempotency_key) DO UPDATE SET account = excluded.account, "
+                       "amount = excluded.amount")  # fmt: skip
+        self.buggy = bool(ctx.params.get("buggy", False))
         self.entries: list[tuple[str, str, int]] = []
 
     def process(self, record: Record, ctx: Context) -> None:
-        self.entries.append((record.idempotency_key, record.key, record.value["amount"]))
+        self.entries.append((record.idempotency_key, record.key, amount(record, self.buggy)))
 
     async def flush(self, ctx: Context) -> None:
         async with self.connection.transaction():
@@ -235,6 +245,27 @@ class LedgerWriter(Processor):
 
     async def close(self) -> None:
         await self.connection.close()
+
+
+class AmountSinkParams(PostgresSinkParams):
+    buggy: bool = False
+
+
+class AmountSink(PostgresSink):
+    """A PostgresSink whose `value.amount` column gets `amount(record, params.buggy)`."""
+
+    Params: ClassVar[type[PostgresSinkParams]] = AmountSinkParams
+
+    async def init(self, ctx: Context) -> None:
+        await super().init(ctx)
+        self.buggy = bool(ctx.params.get("buggy", False))
+
+    async def process(self, record: Record, ctx: Context) -> None:
+        value = {**record.value, "amount": amount(record, self.buggy)}
+        await super().process(
+            Record(record.topic, record.partition, record.offset, record.timestamp, record.key, value, record.headers),
+            ctx,
+        )
 
 
 class SlowDeduplicate(Deduplicate):

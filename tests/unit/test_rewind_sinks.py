@@ -10,7 +10,7 @@ from aiokafka import TopicPartition
 
 from runtime.commands.cluster import CommandFailed
 from runtime.config import parse_app
-from runtime.rewind.sinks import DatabaseSink, SinkMove, database_sinks
+from runtime.rewind.sinks import DatabaseSink, SinkMove, database_sinks, rows_left_beside
 
 DSN = "postgresql://writer:s3cret@db.internal:5433/orders"
 
@@ -77,3 +77,11 @@ def test_each_move_is_one_line_and_a_record() -> None:
     )
     assert deleted.record() == {"sink": "ledger", "table": "ledger", "partition": "in[0]", "from": 1_500, "to": 1_000,
                                 "rows_deleted": 480}  # fmt: skip
+
+
+def test_an_insert_sink_reading_a_topic_the_app_writes_is_said_to_keep_the_bugs_rows() -> None:
+    spec = app(ledger={"dsn": DSN}, latest={"dsn": DSN, "mode": "upsert", "key_columns": ["amount"]})
+    for processor in spec["processors"][1:]:
+        processor["inputs"] = ["out"]
+    (line,) = rows_left_beside(database_sinks(parse_app(spec)), {"out"})
+    assert line.startswith("  sink ledger (table ledger at db.internal:5433/orders) reads out, which the app writes")

@@ -1,7 +1,7 @@
 """The stream-stream join against a plain-Python join of the whole input: every pair of the two sides with the
-same key and timestamps at most the difference apart, and, for left and outer joins, each record that met
-none, sent alone once no on-time record can meet it (stream time past its timestamp plus twice the
-difference plus the grace), never before."""
+same key and a right timestamp from `before` below to `after` above the left one, and, for left and outer
+joins, each record that met none, sent alone once no on-time record can meet it (stream time past its
+timestamp plus before, after and the grace), never before."""
 
 from __future__ import annotations
 
@@ -31,9 +31,10 @@ def both_sides(draw: st.DrawFn) -> list[Event]:
     return sorted(events, key=lambda event: (event[2], event[0] != "L"))
 
 
-def run(events: list[Event], difference: int, grace: int, join: str) -> WindowContext:
-    params = {"left": "L", "right": "R", "time_difference_ms": difference, "grace_ms": grace, "join": join,
-              "output": "out"}  # fmt: skip
+def run(events: list[Event], difference: int, grace: int, join: str, after: int | None = None) -> WindowContext:
+    """`difference` is `before_ms`, and `after_ms` too unless `after` is given."""
+    window = {"time_difference_ms": difference} if after is None else {"before_ms": difference, "after_ms": after}
+    params = {"left": "L", "right": "R", **window, "grace_ms": grace, "join": join, "output": "out"}
     context = WindowContext.of(WindowJoin, params, name="join")
     processor = WindowJoin()
     processor.init(context)
@@ -42,19 +43,20 @@ def run(events: list[Event], difference: int, grace: int, join: str) -> WindowCo
     return context
 
 
-def reference(events: list[Event], difference: int, grace: int, join: str) -> Counter[Any]:
+def reference(events: list[Event], difference: int, grace: int, join: str, after: int | None = None) -> Counter[Any]:
+    before, after = difference, difference if after is None else after
     lefts = [event for event in events if event[0] == "L"]
     rights = [event for event in events if event[0] == "R"]
     stream_time = max((event[2] for event in events), default=-1)
     out: Counter[Any] = Counter()
     met: set[Event] = set()
     for left, right in itertools.product(lefts, rights):
-        if left[1] == right[1] and abs(left[2] - right[2]) <= difference:
+        if left[1] == right[1] and -before <= right[2] - left[2] <= after:
             out[(left[1], left[3], right[3], max(left[2], right[2]))] += 1
             met |= {left, right}
     alone = {"inner": [], "left": lefts, "outer": [*lefts, *rights]}[join]
     for event in alone:
-        if event not in met and event[2] + 2 * difference + grace < stream_time:  # nothing on time can meet it
+        if event not in met and event[2] + before + after + grace < stream_time:  # nothing on time can meet it
             pair = (event[3], None) if event[0] == "L" else (None, event[3])
             out[(event[1], *pair, event[2])] += 1
     return out
@@ -73,6 +75,15 @@ def emitted(context: WindowContext) -> Counter[Any]:
 @given(events=both_sides(), difference=st.integers(0, 10), grace=st.integers(0, 5))
 def test_the_join_equals_the_plain_python_join(join: str, events: list[Event], difference: int, grace: int) -> None:
     assert emitted(run(events, difference, grace, join)) == reference(events, difference, grace, join)
+
+
+@pytest.mark.parametrize("join", ["inner", "left", "outer"])
+@settings(max_examples=150, deadline=None)
+@given(events=both_sides(), before=st.integers(0, 10), after=st.integers(0, 10), grace=st.integers(0, 5))
+def test_a_join_reaching_further_back_than_ahead_equals_the_plain_python_join(
+    join: str, events: list[Event], before: int, after: int, grace: int
+) -> None:
+    assert emitted(run(events, before, grace, join, after)) == reference(events, before, grace, join, after)
 
 
 def test_a_record_after_its_window_closed_is_late_counted_and_dropped() -> None:

@@ -32,7 +32,8 @@ class Pair(NamedTuple):
 
 class Case(NamedTuple):
     events: list[Event]
-    difference: int
+    before: int  # a right record joins left records this much younger than it, at most
+    after: int  # and this much older
     grace: int
 
 
@@ -50,11 +51,13 @@ def cases(draw: st.DrawFn) -> Case:
     for number, (side, key, step, lag) in enumerate(draw(st.lists(STEP, max_size=30))):
         now += step
         events.append(Event(side, key, max(0, now - lag), number))
-    return Case(events, draw(st.integers(0, 10)), draw(st.integers(0, 5)))
+    before = draw(st.integers(0, 10))
+    after = draw(st.one_of(st.just(before), st.integers(0, 10)))  # as often symmetric as not
+    return Case(events, before, after, draw(st.integers(0, 5)))
 
 
 def run(case: Case, join: str) -> list[Pair]:
-    params = {"left": "L", "right": "R", "time_difference_ms": case.difference, "grace_ms": case.grace,
+    params = {"left": "L", "right": "R", "before_ms": case.before, "after_ms": case.after, "grace_ms": case.grace,
               "join": join, "output": "out"}  # fmt: skip
     context = WindowContext.of(WindowJoin, params, name="join")
     processor = WindowJoin()
@@ -70,11 +73,12 @@ def run(case: Case, join: str) -> list[Pair]:
 
 
 def on_time(case: Case) -> tuple[list[Event], int]:
-    """The records not late when taken (stream time at most the difference plus the grace after them), and
-    the stream time at the end."""
+    """The records not late when taken (stream time at most the end of their window, `after` past a left
+    record and `before` past a right one, plus the grace), and the stream time at the end."""
     kept, stream_time = [], -1
     for event in case.events:
-        if event.timestamp + case.difference + case.grace >= stream_time:
+        ahead = case.after if event.side == "L" else case.before
+        if event.timestamp + ahead + case.grace >= stream_time:
             kept.append(event)
             stream_time = max(stream_time, event.timestamp)
     return kept, stream_time
@@ -90,13 +94,13 @@ def violations(case: Case) -> list[str]:
         Pair(left.key, left.number, right.number, max(left.timestamp, right.timestamp))
         for left in lefts
         for right in rights
-        if left.key == right.key and abs(left.timestamp - right.timestamp) <= case.difference
+        if left.key == right.key and -case.before <= right.timestamp - left.timestamp <= case.after
     )
     inner = Counter(run(case, "inner"))
     if inner != every_pair:
         found.append(f"inner: {sorted(inner - every_pair)} made, {sorted(every_pair - inner)} missing")
     joined_by_inner = {(side, number) for pair in inner for side, number in (("L", pair.left), ("R", pair.right))}
-    unmatchable_after = 2 * case.difference + case.grace  # no on-time record can meet one this much older
+    unmatchable_after = case.before + case.after + case.grace  # no on-time record can meet one this much older
     for join, answered_for in (("left", lefts), ("outer", kept)):
         sent = run(case, join)
         joined = Counter(pair for pair in sent if pair.left is not None and pair.right is not None)

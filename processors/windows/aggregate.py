@@ -105,7 +105,10 @@ class Aggregate(Processor):
         return record.value if self.field is None else _field(record, self.field)
 
     def _send(self, result: WindowResult, ctx: Context) -> None:
-        value = {"start": result.start, "end": result.end, "value": self.aggregation.result(result.aggregate)}
+        if result.removed:
+            value = {"start": result.start, "end": result.end, "value": None, "removed": True}
+        else:
+            value = {"start": result.start, "end": result.end, "value": self.aggregation.result(result.aggregate)}
         ctx.send(self.output, value, key=result.key, timestamp=result.end - self.end_excluded)
 
 

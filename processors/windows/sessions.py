@@ -4,6 +4,11 @@ within the gap of it, merging them.
 A closed session stays in the store (emitted, when emitting final results) until the store's retention
 removes it: a record within the gap of it must be found late, since merging it would change a final
 result. The retention (`Session.retention_ms`) keeps it exactly as long as such a record can come.
+
+Emitting updates, a session merged into another one after an update of it was sent is announced removed
+before the merged session's update, as Kafka Streams forwards a tombstone for each replaced session: a
+reader adding up the sessions' updates would count it twice otherwise. A session the last commit found
+in the store was sent then, so one created since is the only kind that needs no notice.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ class SessionWindows:
         self._store = store
         self._final = final
         self._updates: dict[tuple[Hashable, int, int], tuple[Any, Any]] = {}
+        self._created: set[tuple[Hashable, int, int]] = set()  # since the last commit: never sent
+        self._removed: dict[tuple[Hashable, int, int], Any] = {}  # sent, then merged away: their keys
 
     def add(self, key: Any, value: Any, timestamp: int, stream_time: int) -> str | None:
         sessions, aggregation, store = self._sessions, self._aggregation, self._store
@@ -43,12 +50,25 @@ class SessionWindows:
         for start, end, _ in joined:
             if (start, end) != session:  # a record inside a session leaves it where it is
                 store.delete(key, start, end)
-                self._updates.pop((hashable(key), start, end), None)
+                if not self._final:
+                    self._replaced(key, start, end)
         aggregate = aggregation.add(aggregate, value, timestamp)
         store.put(key, session.start, session.end, aggregate)
         if not self._final:
-            self._updates[(hashable(key), session.start, session.end)] = (key, aggregate)
+            updated = (hashable(key), session.start, session.end)
+            if all((start, end) != session for start, end, _ in joined):
+                self._created.add(updated)
+            self._updates[updated] = (key, aggregate)
         return None
+
+    def _replaced(self, key: Any, start: int, end: int) -> None:
+        """A session merged into another: its pending update goes, and if one was sent, a removal notice."""
+        where = (hashable(key), start, end)
+        self._updates.pop(where, None)
+        if where in self._created:
+            self._created.discard(where)
+        else:
+            self._removed[where] = key
 
     def close(self, previous: int, stream_time: int) -> list[WindowResult]:
         """Sessions close at end + gap + 1 + grace: those ending in this range closed now."""
@@ -61,9 +81,13 @@ class SessionWindows:
         ]
 
     def take_updates(self) -> list[WindowResult]:
-        """A session merged into another is not announced: the merged session's update covers it."""
+        """The removal notices of the sessions merged away since the last commit, then the sessions' updates:
+        a key's notices come before the update of the session they merged into."""
+        removed = [WindowResult(key, start, end, None, removed=True) for (_, start, end), key in self._removed.items()]
         updates = [
             WindowResult(key, start, end, aggregate) for (_, start, end), (key, aggregate) in self._updates.items()
         ]
         self._updates.clear()
-        return updates
+        self._created.clear()
+        self._removed.clear()
+        return removed + updates

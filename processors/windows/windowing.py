@@ -8,12 +8,14 @@ from typing import Any, NamedTuple, Protocol
 
 
 class WindowResult(NamedTuple):
-    """A window's aggregate, as emitted: `key` is the group key."""
+    """A window's aggregate, as emitted: `key` is the group key. `removed`: the window is no more (a session
+    merged into another), and this is the notice of it."""
 
     key: Any
     start: int
     end: int
     aggregate: Any
+    removed: bool = False
 
 
 class Windowing(Protocol):

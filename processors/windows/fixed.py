@@ -3,6 +3,7 @@ record arrives."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -29,6 +30,8 @@ class FixedWindows:
         self._lead = windows.size_ms + windows.grace_ms  # from a window's start to its close
         self._step = windows.advance_ms if isinstance(windows, Hopping) else windows.size_ms
         self._tumbling = isinstance(windows, Tumbling)
+        # Windows start at multiples of the step, so they close at a multiple of the step plus the lead.
+        self.closes_every_ms = math.gcd(self._step, self._lead)
         # Up to `_next_close` (exclusive) no window closes, as long as the stream time does not go back
         # below `_checked_to`, the stream time `close` last looked at: the stream time moves with nearly
         # every record, windows close once a window size.

@@ -28,6 +28,7 @@ class SessionWindows:
         self._aggregation = aggregation
         self._store = store
         self._final = final
+        self.closes_every_ms = 1  # a window closes a fixed time after a record's: at any millisecond
         self._updates: dict[tuple[Hashable, int, int], tuple[Any, Any]] = {}
         self._created: set[tuple[Hashable, int, int]] = set()  # since the last commit: never sent
         self._removed: dict[tuple[Hashable, int, int], Any] = {}  # sent, then merged away: their keys

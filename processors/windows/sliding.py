@@ -30,6 +30,7 @@ class SlidingWindows:
         self._aggregation = aggregation
         self._store = store
         self._final = final
+        self.closes_every_ms = 1  # a window closes a fixed time after a record's: at any millisecond
         # Emitting updates: the windows changed since the last commit, as (key, aggregate) once aggregated
         # (else _PENDING), and the ones still pending by close time.
         self._updates: dict[tuple[Hashable, int], tuple[Any, Any]] = {}

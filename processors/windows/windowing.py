@@ -21,6 +21,12 @@ class WindowResult(NamedTuple):
 class Windowing(Protocol):
     """Aggregates records into windows kept in a store; the store's stream time is the caller's to advance."""
 
+    @property
+    def closes_every_ms(self) -> int:
+        """Every stream time at which one of its windows can close is a multiple of this: a stream-time
+        punctuation that often sees every close, and no more often, since each one ends a batch."""
+        ...
+
     def add(self, key: Any, value: Any, timestamp: int, stream_time: int) -> str | None:
         """Add a record's value to its windows that are open at `stream_time` (which already counts this
         record); returns why it is late instead, when none is open."""

@@ -31,6 +31,7 @@ class WindowContext(Context):
         self.counts: Counter[str] = Counter()
         self.windows: dict[str, WindowView] = {}
         self.sessions: dict[str, SessionView] = {}
+        self.scheduled: list[tuple[int, Punctuation, PunctuationTime]] = []  # never run: records move time here
         for store, spec in stores.items():
             underlying = BufferedKeyValueStore(MemoryBackend(), BytesSerde(), BytesSerde(), name=store)
             view = TIME_VIEWS[spec["kind"]](underlying, int(spec["retention_ms"]))
@@ -88,7 +89,7 @@ class WindowContext(Context):
         raise AssertionError("window processors keep their stream time in their stores")
 
     def schedule(self, every_ms: int, callback: Punctuation, time: PunctuationTime = "wall_clock") -> None:
-        raise AssertionError("window processors schedule nothing")
+        self.scheduled.append((every_ms, callback, time))
 
     def count(self, name: str, amount: int = 1) -> None:
         self.counts[name] += amount

@@ -113,6 +113,8 @@ class WindowJoin(Processor):
         self.left = ctx.window_store(f"{ctx.processor_name}-left")
         self.right = ctx.window_store(f"{ctx.processor_name}-right")
         self.sent_alone = {"inner": (), "left": (self.left,), "outer": (self.left, self.right)}[params.join]
+        self.ctx = ctx
+        ctx.schedule(1, self._close_passed, "stream_time")  # a record's window closes at any millisecond
 
     def process(self, record: Record, ctx: Context) -> None:
         if record.topic == self.left_topic:  # how far back and ahead of it a record's partners may be
@@ -138,6 +140,15 @@ class WindowJoin(Processor):
             other.put(record.key, other_time, waiting)
             met = True
         own.put(record.key, timestamp, [*own.get(record.key, timestamp, []), [record.value, met]])
+
+    def _close_passed(self) -> None:
+        """A stream-time punctuation: what the task's stream time passed with no record here (the test kit's
+        `advance_stream_time`, a record that failed) becomes unmatchable as a record's time would make it."""
+        before, stream_time = self.left.stream_time, self.ctx.stream_time
+        if stream_time > before:
+            self._send_unmatchable_alone(self.ctx, before, stream_time)
+            self.left.advance(stream_time)
+            self.right.advance(stream_time)
 
     def _send_unmatchable_alone(self, ctx: Context, before: int, stream_time: int) -> None:
         """The records no on-time record can meet once stream time moves from `before` to `stream_time`

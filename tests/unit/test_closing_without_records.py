@@ -1,5 +1,6 @@
 """The built-in operators close what stream time passed without a record of theirs: on the test kit's driver,
-`advance_stream_time` closes the trailing windows of `Aggregate` as a later record of that time would."""
+`advance_stream_time` closes the trailing windows of `Aggregate` and sends a left or outer `WindowJoin`'s
+unmatched records, as a later record of that time would."""
 
 from __future__ import annotations
 
@@ -79,3 +80,41 @@ def test_a_window_closed_by_moving_stream_time_commits_its_result_under_exactly_
     assert driver.read("out") == []  # in the open transaction
     driver.commit()
     assert [(r.key, r.value, r.timestamp) for r in driver.read("out")] == [(*result(T, T + MINUTE, 1), T + MINUTE - 1)]
+
+
+def join_app(join: str) -> dict[str, Any]:
+    return {
+        "app_id": "closing",
+        "topics": {"left": TOPIC, "right": TOPIC, "out": TOPIC},
+        "processors": [{"name": "join", "class": "processors.joins:WindowJoin", "inputs": ["left", "right"],
+                        "outputs": ["out"], "params": {"left": "left", "right": "right", "time_difference_ms": 1000,
+                                                       "join": join, "output": "out"}}],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("join", "alone"),
+    [
+        ("inner", []),
+        ("left", [("a", {"left": {"n": 1}, "right": None}, T)]),
+        ("outer", [("a", {"left": {"n": 1}, "right": None}, T), ("b", {"left": None, "right": {"n": 2}}, T + 1)]),
+    ],
+)
+def test_records_that_met_none_are_sent_alone_when_moving_stream_time_closes_their_windows(
+    app_driver: MakeDriver, join: str, alone: list[tuple[str, dict[str, Any], int]]
+) -> None:
+    driver = app_driver(join_app(join))
+    driver.pipe("left", {"n": 1}, key="a", timestamp=T)
+    driver.pipe("right", {"n": 2}, key="b", timestamp=T + 1)
+    driver.pipe("left", {"n": 3}, key="c", timestamp=T + 1)
+    driver.pipe("right", {"n": 4}, key="c", timestamp=T + 2)
+    joined = ("c", {"left": {"n": 3}, "right": {"n": 4}}, T + 2)
+    assert [(r.key, r.value, r.timestamp) for r in driver.read("out")] == [joined]
+    driver.advance_stream_time(T + 2000)  # a record at T may still meet one until T + before + after
+    assert driver.read("out") == []
+    driver.advance_stream_time(T + 2002)
+    assert [(r.key, r.value, r.timestamp) for r in driver.read("out")] == alone
+    driver.advance_stream_time(T + 3000)  # past the retention: nothing waits any more, nothing is sent again
+    assert driver.read("out") == []
+    for side in ("left", "right"):
+        assert list(driver.window_store(f"join-{side}").fetch_all(0, T + 3000)) == []

@@ -95,6 +95,8 @@ class Deduplicate(Processor):
         self.output, self.late_topic, self.window_ms = params.output, params.late_topic, params.window_ms
         self.id_of, self.null_id_alone = id_reader(params.id), params.null_id == "alone"
         self.seen = ctx.window_store(params.store_name(ctx.processor_name))
+        self.ctx = ctx
+        ctx.schedule(self.window_ms, self._forget_passed, "stream_time")
 
     def process(self, record: Record, ctx: Context) -> None:
         found, timestamp, window = self.id_of(record), record.timestamp, self.window_ms
@@ -117,3 +119,9 @@ class Deduplicate(Processor):
                 return
         self.seen.put(found, timestamp, timestamp)
         ctx.send(self.output, record.value, key=record.key, headers=record.headers)
+
+    def _forget_passed(self) -> None:
+        """A stream-time punctuation, once a window's worth of stream time: the ids the task's stream time
+        passed with no record here (the test kit's `advance_stream_time`) leave the store, as a record's
+        time would make them leave."""
+        self.seen.advance(self.ctx.stream_time)

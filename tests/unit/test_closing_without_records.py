@@ -1,6 +1,6 @@
 """The built-in operators close what stream time passed without a record of theirs: on the test kit's driver,
-`advance_stream_time` closes the trailing windows of `Aggregate` and sends a left or outer `WindowJoin`'s
-unmatched records, as a later record of that time would."""
+`advance_stream_time` closes the trailing windows of `Aggregate`, sends a left or outer `WindowJoin`'s
+unmatched records, and lets `Deduplicate` forget its old ids, as a later record of that time would."""
 
 from __future__ import annotations
 
@@ -118,3 +118,22 @@ def test_records_that_met_none_are_sent_alone_when_moving_stream_time_closes_the
     assert driver.read("out") == []
     for side in ("left", "right"):
         assert list(driver.window_store(f"join-{side}").fetch_all(0, T + 3000)) == []
+
+
+def test_ids_leave_the_de_duplication_store_when_moving_stream_time_passes_their_buckets(
+    app_driver: MakeDriver,
+) -> None:
+    app = {
+        "app_id": "closing",
+        "topics": {"events": TOPIC, "unique": TOPIC},
+        "processors": [{"name": "dedup", "class": "processors.dedup:Deduplicate", "inputs": ["events"],
+                        "outputs": ["unique"], "params": {"window_ms": MINUTE, "output": "unique"}}],
+    }  # fmt: skip
+    driver = app_driver(app)
+    driver.pipe("events", {"n": 1}, key="a", timestamp=T + 1000)
+    seen = driver.window_store("dedup-seen")
+    driver.advance_stream_time(T + 2 * MINUTE)  # its bucket, [T, T + MINUTE), is kept two windows
+    assert [key for key, _, _ in seen.fetch_all(0, T + 3 * MINUTE)] == ["a"]
+    driver.advance_stream_time(T + 3 * MINUTE)
+    assert list(seen.fetch_all(0, T + 3 * MINUTE)) == []
+    assert [r.key for r in driver.read("unique")] == ["a"]

@@ -1,7 +1,8 @@
 """A task's punctuations: run between records, in the task's turn, when they fall due.
 
 Wall-clock punctuations fall due on the task's clock, stream-time ones when the task's stream time
-reaches their due time (the record loop ends its batch after the record that brought one due). A
+reaches their due time (the record loop runs them before the next record of its batch, or the task's
+next step does, after the batch's last record). A
 punctuation's outputs are stamped with the time it fired for, unless it gives them one; a punctuation
 that raises follows the processing policy, and nothing it sent escapes. A task with records in flight
 (`runtime/task/in_flight.py`) waits until none is before it runs one, so a punctuation never runs while a
@@ -50,6 +51,11 @@ class Punctuations:
             if punctuator.due <= now:
                 punctuator.due = now + punctuator.every_s
                 await self._run(punctuator.callback, clock.epoch_ms())
+        await self.run_stream_time_due()
+
+    async def run_stream_time_due(self) -> None:
+        """The stream-time punctuations the task's stream time brought due (none of its records in flight)."""
+        context = self._context
         stream_time = context.latest_timestamp
         for stream_punctuator in context.stream_time_punctuators:
             if stream_punctuator.due <= stream_time:

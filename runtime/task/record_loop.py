@@ -6,11 +6,14 @@ goes to the error policy, and nothing it sent escapes. A record that would move 
 ahead of the wall clock than its topic allows goes to the deserialization policy instead
 (`runtime/task/event_time_bounds.py`): the comparison is made only when stream time would move.
 The loop checks `interrupted` before each record: the task sets it to end the batch there (it stops,
-a commit waits for its turn, records came for an input it had none of), and the loop sets it after a
-record that brings a stream-time punctuation due. The offset and the counters are brought up to date
-once per batch, by the task's `on_batch_done`: no commit can run inside a batch, as the batch holds the
-task's turn. The loop lets the event loop run every half second of processing (`runtime/task/pace.py`),
-for the consumer's heartbeat and the poll loop: a synchronous `process` never yields by itself.
+a commit waits for its turn, records came for an input it had none of). A stream-time punctuation that
+a record brings due runs before the next record of the batch, in the loop: ending the batch for it
+cost more than a record of a window processor whose punctuation falls due every millisecond (the other
+paths still end their batch after such a record, and the task runs it in its next step). The offset
+and the counters are brought up to date once per batch, by the task's `on_batch_done`: no commit can
+run inside a batch, as the batch holds the task's turn. The loop lets the event loop run every half
+second of processing (`runtime/task/pace.py`), for the consumer's heartbeat and the poll loop: a
+synchronous `process` never yields by itself.
 
 The loop (`process`, for a processor without concurrency, telemetry on or off) does everything inline:
 it is the fast path. Only a record the tracer sampled leaves it, for a span of its own. The other paths
@@ -48,6 +51,7 @@ from runtime.task.pace import Pace
 from runtime.telemetry.trace_headers import CARRIED_CLASSES, UNTRACED, TraceDecision
 
 if TYPE_CHECKING:
+    from runtime.task.punctuations import Punctuations
     from runtime.task.task import TaskServices
 
 Outcome = int | Coroutine[Any, Any, int]
@@ -76,11 +80,13 @@ class RecordLoop:
         services: TaskServices,
         outputs: Outputs,
         on_batch_done: BatchDone,
+        punctuations: Punctuations,
         concurrency: ConcurrencyConfig | None = None,
         on_finish: Callable[[], None] = lambda: None,
         on_failure: Callable[[], None] = lambda: None,
     ):
         self.interrupted = False
+        self._punctuations = punctuations
         self._pace = Pace()
         self.builders: dict[str, RecordBuilder] = {}
         for tp in inputs:
@@ -136,6 +142,7 @@ class RecordLoop:
         done: int | None = None  # the offset after the last record handled
         pace = self._pace
         countdown = pace.countdown
+        punctuations = self._punctuations
         try:
             with tracer.batch_context():
                 for index, raw in enumerate(records):
@@ -146,6 +153,10 @@ class RecordLoop:
                         countdown = pace.stride
                     if self.interrupted:
                         return records[index:]
+                    if stream_time >= punctuation_due:  # brought due by the record before
+                        context.trace_fields, context.source = UNTRACED, None  # its outputs are not a record's
+                        await punctuations.run_stream_time_due()
+                        punctuation_due = context.next_stream_time_due()
                     try:
                         record = build(
                             raw.topic,
@@ -170,8 +181,6 @@ class RecordLoop:
                                 done = raw.offset + 1
                                 continue
                         stream_time = context.latest_timestamp = timestamp
-                        if timestamp >= punctuation_due:
-                            self.interrupted = True  # after this record
                     if traced:
                         decision = decisions[index]
                         if decision.__class__ not in carried_classes:  # sampled: in a span of its own

@@ -10,8 +10,9 @@ several (a processor with several co-partitioned inputs, or broadcast ones) proc
 timestamp order (`runtime/task/timestamp_order.py`), in runs of one partition's records, each through
 the same record loop (`runtime/task/record_loop.py`). A merge processor's task lets the processor
 choose instead (`runtime/task/choice_order.py`), one record at a time. The loop keeps the task's stream
-time, and a stream-time punctuation that falls due ends the batch after the record that brought it,
-to run before the next.
+time, and a stream-time punctuation that falls due runs before the next record (in the loop, or in the
+task's next step when the record was its batch's last; the paths of merge processors and of processors
+with concurrency end their batch after the record for it).
 
 Broadcast inputs (`runtime/task/broadcast.py`) come from the task's own reader rather than the poll
 loop; their positions are committed in the task's state, never in the consumer group.
@@ -178,6 +179,7 @@ class Task:
         self._flushes = type(processor).flush is not Processor.flush
         self.group_inputs = frozenset(inputs)
         every_input = [*inputs, *(broadcast.partitions if broadcast is not None else ())]
+        self._punctuations = Punctuations(task_id, context, services, outputs)
         self._loop = RecordLoop(
             task_id.processor,
             every_input,
@@ -186,6 +188,7 @@ class Task:
             services,
             outputs,
             self._batch_done,
+            self._punctuations,
             concurrency,
             self._after_take,
             self._wakeup.set,
@@ -201,7 +204,6 @@ class Task:
         else:
             self.intake = BatchIntake(self._loop, admission, outputs)
         self._stream_time_mark = self._committed_stream_time = context.stream_time_now()
-        self._punctuations = Punctuations(task_id, context, services, outputs)
 
     @property
     def context(self) -> TaskContext:
@@ -359,9 +361,11 @@ class Task:
                     raise self._lifecycle_failed("a punctuation", failed.error) from failed.error
                 self.in_step = ProcessorStep.PROCESS
                 try:
-                    await self.intake.take()
+                    await self.intake.take()  # the stream-time punctuations its records bring due run between them
                 except ChooseFailed as failed:
                     raise self._lifecycle_failed("choose()", failed.error) from failed.error
+                except PunctuationFailed as failed:
+                    raise self._lifecycle_failed("a punctuation", failed.error) from failed.error
                 finally:
                     self._after_take()
             finally:

@@ -78,4 +78,5 @@ class Punctuations:
             log.warning("a punctuation of task %s failed (%r); skipped", self._task, error)
         finally:
             context.output_time = None
-        context.release_to(self._outputs)
+        if pending:
+            context.release_to(self._outputs)

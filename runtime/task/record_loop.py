@@ -63,8 +63,9 @@ handled (None if none was), and how many records were processed."""
 
 
 async def settle(result: Awaitable[None] | None) -> None:
-    """Await what a processor method returned, if it was an `async def`."""
-    if inspect.isawaitable(result):
+    """Await what a processor method returned, if it was an `async def` (None, the common case, skips the
+    check for an awaitable, which costs an abstract class's `isinstance`)."""
+    if result is not None and inspect.isawaitable(result):
         await result
 
 

@@ -1,8 +1,8 @@
 """A task's punctuations: run between records, in the task's turn, when they fall due.
 
 Wall-clock punctuations fall due on the task's clock, stream-time ones when the task's stream time
-reaches their due time (the record loop runs them before the next record of its batch, or the task's
-next step does, after the batch's last record). A
+reaches their due time (the record loop runs them right after the record that brought them due; the
+task's next step runs those the paths of merge processors and concurrency leave). A
 punctuation's outputs are stamped with the time it fired for, unless it gives them one; a punctuation
 that raises follows the processing policy, and nothing it sent escapes. A task with records in flight
 (`runtime/task/in_flight.py`) waits until none is before it runs one, so a punctuation never runs while a

@@ -7,7 +7,8 @@ ahead of the wall clock than its topic allows goes to the deserialization policy
 (`runtime/task/event_time_bounds.py`): the comparison is made only when stream time would move.
 The loop checks `interrupted` before each record: the task sets it to end the batch there (it stops,
 a commit waits for its turn, records came for an input it had none of). A stream-time punctuation that
-a record brings due runs before the next record of the batch, in the loop: ending the batch for it
+a record brings due runs right after it, in the loop, before the next record, a table's run or the end
+of the batch (and so before a commit or a stop can interrupt the batch): ending the batch for it
 cost more than a record of a window processor whose punctuation falls due every millisecond (the other
 paths still end their batch after such a record, and the task runs it in its next step). The offset
 and the counters are brought up to date once per batch, by the task's `on_batch_done`: no commit can
@@ -152,12 +153,12 @@ class RecordLoop:
                         if pace.due():
                             await asyncio.sleep(0)  # the heartbeat and the poll loop run
                         countdown = pace.stride
-                    if self.interrupted:
-                        return records[index:]
                     if stream_time >= punctuation_due:  # brought due by the record before
                         context.trace_fields, context.source = UNTRACED, None  # its outputs are not a record's
                         await punctuations.run_stream_time_due()
                         punctuation_due = context.next_stream_time_due()
+                    if self.interrupted:
+                        return records[index:]
                     try:
                         record = build(
                             raw.topic,
@@ -204,6 +205,9 @@ class RecordLoop:
                     if timed:
                         self._metrics.record_processing((clock() - started) * 1000, self._name)
                     done = raw.offset + 1
+                if stream_time >= punctuation_due:  # brought due by the last record: before what comes next
+                    context.trace_fields, context.source = UNTRACED, None
+                    await punctuations.run_stream_time_due()
         finally:
             pace.countdown = countdown
             context.trace_fields, context.source, context.output_time = UNTRACED, None, None  # nor to a record

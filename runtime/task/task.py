@@ -10,9 +10,9 @@ several (a processor with several co-partitioned inputs, or broadcast ones) proc
 timestamp order (`runtime/task/timestamp_order.py`), in runs of one partition's records, each through
 the same record loop (`runtime/task/record_loop.py`). A merge processor's task lets the processor
 choose instead (`runtime/task/choice_order.py`), one record at a time. The loop keeps the task's stream
-time, and a stream-time punctuation that falls due runs before the next record (in the loop, or in the
-task's next step when the record was its batch's last; the paths of merge processors and of processors
-with concurrency end their batch after the record for it).
+time, and a stream-time punctuation that falls due runs right after the record that brought it, in the
+loop (the paths of merge processors and of processors with concurrency end their batch after that
+record instead, and the task runs it in its next step).
 
 Broadcast inputs (`runtime/task/broadcast.py`) come from the task's own reader rather than the poll
 loop; their positions are committed in the task's state, never in the consumer group.

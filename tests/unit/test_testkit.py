@@ -89,6 +89,18 @@ def test_stream_time_punctuations_run_after_the_record_that_brings_them_or_when_
     assert driver.read("out") == []
 
 
+def test_a_stream_time_punctuation_runs_right_after_the_record_that_brings_it_within_one_batch(
+    app_driver: MakeDriver,
+) -> None:
+    config = app("tests.support.driver_apps:Ticker", params={"every_ms": 10**9, "stream_every_ms": 60_000})
+    for topic in config["topics"].values():
+        topic["partitions"] = 1  # one task, and its outputs in the order it sent them
+    driver = app_driver(config)
+    driver.pipe_all("in", [("a", {"n": 1}, 119_999), ("a", {"n": 2}, 120_000), ("a", {"n": 3}, 130_000)])
+    expected = [{"n": 1}, {"stream_time": 119_999}, {"n": 2}, {"stream_time": 120_000}, {"n": 3}]
+    assert [r.value for r in driver.read("out")] == expected
+
+
 def test_an_error_under_fail_is_raised_after_the_commit_of_what_came_before(app_driver: MakeDriver) -> None:
     driver = app_driver(app("tests.support.apps:Picky"))
     driver.pipe("in", {"n": 1}, key="a")

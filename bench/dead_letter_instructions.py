@@ -17,13 +17,12 @@ import asyncio
 import shutil
 import sys
 import uuid
-from dataclasses import replace
 from pathlib import Path
 
 from bench.app import REPO_ROOT, AppSpec
 from bench.broker import create_topics, kafka
 from bench.data import fill_topic
-from bench.instructions import COMMIT_INTERVAL_MS, PARTITIONS, SESSION_TIMEOUT_MS, instructions
+from bench.instructions import PARTITIONS, instructions
 from bench.stats import run_directory, write_result
 from bench.throughput import fresh_output
 
@@ -50,14 +49,9 @@ def counted(bootstrap: str, topic: str, processor_class: str, workdir: Path, tre
         output_topic=asyncio.run(fresh_output(bootstrap, PARTITIONS)),
         partitions=PARTITIONS,
         processor_class=processor_class,
-        extra={
-            "commit_interval_ms": COMMIT_INTERVAL_MS,
-            "errors": {"processing": "dead_letter", "dead_letter_topic": dead_letters},
-        },
+        extra={"errors": {"processing": "dead_letter", "dead_letter_topic": dead_letters}},
     )
-    # A run ~50x slower must not miss the group's heartbeats: a rebalance would count records twice.
-    kafka_section = {**spec.to_yaml()["kafka"], "consumer": {"session_timeout_ms": SESSION_TIMEOUT_MS}}
-    return instructions(replace(spec, extra={**spec.extra, "kafka": kafka_section}), workdir, tree)
+    return instructions(spec, workdir, tree)
 
 
 def main() -> None:

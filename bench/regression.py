@@ -156,9 +156,7 @@ def instructions_per_record(
         app = spec(bootstrap, topic, args.partitions, case.guarantee, case.stateful, state, case.serde,
                    f"{tree.label}-{case.serde}-")  # fmt: skip
         # Commits on a clock would count more often under cachegrind; a transaction must end within a minute.
-        # A run ~50x slower must not miss the group's heartbeats: a rebalance would count records twice.
-        kafka = {**app.to_yaml()["kafka"], "consumer": {"session_timeout_ms": 300_000}}
-        app = replace(app, extra={**app.extra, "commit_interval_ms": INSTRUCTIONS_COMMIT_INTERVAL_MS, "kafka": kafka})
+        app = replace(app, extra={**app.extra, "commit_interval_ms": INSTRUCTIONS_COMMIT_INTERVAL_MS})
         counted[size] = instructions(app, workdir, tree.path)
         if case.stateful:
             shutil.rmtree(state / app.app_id, ignore_errors=True)

@@ -31,18 +31,11 @@ class Anonymous:
 
 
 @dataclass(frozen=True, repr=False)
-class Basic:
+class Fixed:
+    """A header that stays the same: the username and password, or the token, of the YAML."""
+
     header: str
-    field: str = "schema_registry.username and password"
-
-    def authorization(self) -> str:
-        return self.header
-
-
-@dataclass(frozen=True, repr=False)
-class StaticToken:
-    header: str
-    field: str = "schema_registry.token"
+    field: str
 
     def authorization(self) -> str:
         return self.header
@@ -63,8 +56,9 @@ def credentials(config: SchemaRegistryConfig) -> Credentials:
     if config.oauth is not None:
         return FetchedTokens(config.oauth.tokens())
     if config.token is not None:
-        return StaticToken(f"Bearer {config.token.get_secret_value()}")
+        return Fixed(f"Bearer {config.token.get_secret_value()}", "schema_registry.token")
     if config.username is not None:
         password = config.password.get_secret_value() if config.password else ""
-        return Basic("Basic " + base64.b64encode(f"{config.username}:{password}".encode()).decode())
+        pair = base64.b64encode(f"{config.username}:{password}".encode()).decode()
+        return Fixed(f"Basic {pair}", "schema_registry.username and password")
     return Anonymous()

@@ -17,8 +17,8 @@ from tests.support.running import numbered, read_log, spawn_worker, write_app
 
 pytestmark = pytest.mark.anyio
 
-RECORDS = 150  # one fetch, one batch: 15 s of processing, well past the 6 s session
-SESSION_TIMEOUT_MS = 6000
+RECORDS = 90  # one fetch, one batch: 9 s of processing, three times the 3 s session
+SESSION_TIMEOUT_MS = 3000
 
 
 async def test_a_slow_synchronous_processor_keeps_its_partitions(
@@ -33,7 +33,7 @@ async def test_a_slow_synchronous_processor_keeps_its_partitions(
             "bootstrap_servers": kafka_bootstrap,
             "consumer": {
                 "session_timeout_ms": SESSION_TIMEOUT_MS,
-                "heartbeat_interval_ms": 2000,
+                "heartbeat_interval_ms": 500,
                 "max_poll_records": 1000,
             },
         },

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import re
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,15 @@ import yaml
 
 from runtime.config import parse_app
 from runtime.worker.supervisor import for_worker
-from tests.support.config_cli import GUARD_EXIT, GUARD_MARKER, UNREACHABLE, install_network_guard, run_cli, write_yaml
+from tests.support.config_cli import (
+    GUARD_EXIT,
+    GUARD_MARKER,
+    UNREACHABLE,
+    ForkingCli,
+    install_network_guard,
+    run_cli,
+    write_yaml,
+)
 
 EXIT_CONFIG = 2
 
@@ -525,6 +533,13 @@ def guard_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return install_network_guard(tmp_path_factory.mktemp("network-guard"))
 
 
+@pytest.fixture(scope="module")
+def cli(guard_dir: Path) -> Iterator[ForkingCli]:
+    """Each case's run in a process of its own, forked from one that imported the runtime once."""
+    with ForkingCli(guard_dir) as runner:
+        yield runner
+
+
 def assert_config_error(stderr: str, returncode: int, app: Path, expected: tuple[str, ...]) -> None:
     assert GUARD_MARKER not in stderr, f"the runtime connected before reporting the config error:\n{stderr}"
     assert "Traceback" not in stderr, stderr
@@ -543,7 +558,7 @@ def test_the_valid_app_is_valid_and_the_guard_stops_its_first_connection(guard_d
 
 
 @pytest.mark.parametrize("case", CASES + CLIENT_CASES + NAME_CASES, ids=lambda case: case.id)
-def test_config_error_is_reported_before_connecting(case: Case, guard_dir: Path, tmp_path: Path) -> None:
+def test_config_error_is_reported_before_connecting(case: Case, cli: ForkingCli, tmp_path: Path) -> None:
     path = tmp_path / "app.yaml"
     if case.text is not None:
         path.write_text(case.text)
@@ -552,42 +567,42 @@ def test_config_error_is_reported_before_connecting(case: Case, guard_dir: Path,
         assert case.edit is not None
         case.edit(app)
         write_yaml(path, app)
-    result = run_cli(path, guard_dir)
+    result = cli.run(path)
     assert_config_error(result.stderr, result.returncode, path, case.expected)
 
 
 @pytest.mark.parametrize("case", SECRET_CASES, ids=lambda case: case.id)
 def test_secrets_are_redacted_from_config_errors(
-    case: Case, guard_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    case: Case, cli: ForkingCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SNAPSHOT_URL", f"s3://bucket/{SECRET}")
     app = copy.deepcopy(VALID)
     assert case.edit is not None
     case.edit(app)
     path = write_yaml(tmp_path / "app.yaml", app)
-    result = run_cli(path, guard_dir)
+    result = cli.run(path)
     assert_config_error(result.stderr, result.returncode, path, case.expected)
     assert SECRET not in result.stderr
 
 
-def test_missing_file(guard_dir: Path, tmp_path: Path) -> None:
+def test_missing_file(cli: ForkingCli, tmp_path: Path) -> None:
     path = tmp_path / "missing.yaml"
-    result = run_cli(path, guard_dir)
+    result = cli.run(path)
     assert_config_error(result.stderr, result.returncode, path, (rf"cannot read {re.escape(str(path))}: No such file",))
 
 
-def test_directory_instead_of_file(guard_dir: Path, tmp_path: Path) -> None:
-    result = run_cli(tmp_path, guard_dir)
+def test_directory_instead_of_file(cli: ForkingCli, tmp_path: Path) -> None:
+    result = cli.run(tmp_path)
     assert_config_error(result.stderr, result.returncode, tmp_path, (rf"cannot read {re.escape(str(tmp_path))}: ",))
 
 
-def test_every_problem_is_reported_at_once(guard_dir: Path, tmp_path: Path) -> None:
+def test_every_problem_is_reported_at_once(cli: ForkingCli, tmp_path: Path) -> None:
     app = copy.deepcopy(VALID)
     app["commit_interval_ms"] = "soon"
     app["topics"]["orders"]["partitions"] = 0
     processor(app)["class"] = "no.such:Thing"
     path = write_yaml(tmp_path / "app.yaml", app)
-    result = run_cli(path, guard_dir)
+    result = cli.run(path)
     expected = (r"commit_interval_ms: ", r"topics\.orders\.partitions: ", r"processors\[0\]\.class: ")
     assert_config_error(result.stderr, result.returncode, path, expected)
 
@@ -610,7 +625,7 @@ def broken_modules(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("module", sorted(BROKEN_MODULES))
 @pytest.mark.parametrize("field", ["processor class", "serde"])
 def test_user_module_that_fails_to_import(
-    module: str, field: str, guard_dir: Path, broken_modules: Path, tmp_path: Path
+    module: str, field: str, cli: ForkingCli, broken_modules: Path, tmp_path: Path
 ) -> None:
     app = copy.deepcopy(VALID)
     if field == "processor class":
@@ -620,7 +635,7 @@ def test_user_module_that_fails_to_import(
         app["topics"]["out"]["value_serde"] = f"{module}:Thing"
         expected = rf"topics\.out\.value_serde: .*{module}"
     path = write_yaml(tmp_path / "app.yaml", app)
-    result = run_cli(path, guard_dir, importable=broken_modules)
+    result = cli.run(path, importable=broken_modules)
     assert_config_error(result.stderr, result.returncode, path, (expected,))
 
 
@@ -648,19 +663,19 @@ def test_a_store_takes_its_own_snapshot_location_else_the_apps() -> None:
 
 
 def test_telemetry_that_cannot_be_set_up_is_a_config_error(
-    guard_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: ForkingCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "carrier-pigeon")
     app = copy.deepcopy(VALID)
     app["telemetry"] = {"traces": {"exporter": "otlp"}}
     path = write_yaml(tmp_path / "app.yaml", app)
-    result = run_cli(path, guard_dir)
+    result = cli.run(path)
     assert_config_error(
         result.stderr, result.returncode, path, (r"telemetry: OTLP protocol 'carrier-pigeon' is not supported",)
     )
 
 
-def test_a_prometheus_port_in_use_is_a_config_error(guard_dir: Path, tmp_path: Path) -> None:
+def test_a_prometheus_port_in_use_is_a_config_error(cli: ForkingCli, tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -668,7 +683,7 @@ def test_a_prometheus_port_in_use_is_a_config_error(guard_dir: Path, tmp_path: P
         app = copy.deepcopy(VALID)
         app["telemetry"] = {"metrics": {"exporter": "prometheus", "host": "127.0.0.1", "port": port}}
         path = write_yaml(tmp_path / "app.yaml", app)
-        result = run_cli(path, guard_dir)
+        result = cli.run(path)
     assert_config_error(
         result.stderr,
         result.returncode,
@@ -677,13 +692,13 @@ def test_a_prometheus_port_in_use_is_a_config_error(guard_dir: Path, tmp_path: P
     )
 
 
-def test_a_health_port_in_use_is_a_config_error(guard_dir: Path, tmp_path: Path) -> None:
+def test_a_health_port_in_use_is_a_config_error(cli: ForkingCli, tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         path = write_yaml(tmp_path / "app.yaml", {**VALID, "health": {"host": "127.0.0.1", "port": port}})
-        result = run_cli(path, guard_dir)
+        result = cli.run(path)
     assert_config_error(
         result.stderr,
         result.returncode,

@@ -153,7 +153,7 @@ def test_a_database_that_goes_away_is_waited_for_and_nothing_is_lost(tmp_path: P
 def test_kills_under_load_leave_every_row_in_the_table_exactly_once(
     kafka_bootstrap: str, postgres_url: str, table: str, topic_name: TopicNamer, tmp_path: Path, guarantee: str
 ) -> None:
-    records = 100_000
+    records = 40_000
     topic = topic_name("payments")
     asyncio.run(create_topic(kafka_bootstrap, topic, 3))
     encoded = [(key.encode(), msgpack.packb(value)) for key, value in payments(records)]

@@ -75,7 +75,7 @@ async def test_killed_sink_never_commits_offsets_ahead_of_its_rows(
 ) -> None:
     source, group = topic_name("in"), topic_name("app")
     await create_topic(kafka_bootstrap, source, 4)
-    total = 20_000
+    total = 12_000
     await produce(kafka_bootstrap, source, numbered(total))
     db = tmp_path / "sink.sqlite"
     path = write_app(tmp_path, sink_app(group, source, 4, kafka_bootstrap, guarantee, db=str(db), sleep_every=10))

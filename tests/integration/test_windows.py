@@ -191,7 +191,7 @@ async def test_final_results_come_exactly_once_through_kills_and_rebalances(
     app.update(guarantee="exactly_once", commit_interval_ms=100, kafka={"bootstrap_servers": kafka_bootstrap,
                                                                         "consumer": FAST_FAILOVER})  # fmt: skip
     app["processors"][0]["class"] = "tests.support.window_apps:SlowAggregate"
-    records = out_of_order(seed=5, count=8000)
+    records = out_of_order(seed=5, count=5000)
     await produce_timed(kafka_bootstrap, topics["in"], records)
     path = write_app(tmp_path, app)
     committed = await kill_and_replace(path, kafka_bootstrap, app["app_id"], tmp_path, seed=5)

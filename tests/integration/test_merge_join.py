@@ -144,7 +144,7 @@ async def test_through_kills_and_rebalances_every_row_is_joined_once_and_positio
     times over, and a new one joins: tasks move with their positions. Exactly-once: each row joined once,
     read_committed; at-least-once: each row at least once. No row is ever unmatched, which a position
     that came back ahead of where its task was would cause."""
-    topics, changes = await given_changes(kafka_bootstrap, topic_name, 400)
+    topics, changes = await given_changes(kafka_bootstrap, topic_name, 250)
     app = join_app(topic_name("app"), topics, tmp_path / "state", kafka_bootstrap, guarantee=guarantee,
                    commit_interval_ms=100)  # fmt: skip
     app["kafka"]["consumer"] = FAST_FAILOVER

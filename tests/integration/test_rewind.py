@@ -244,7 +244,7 @@ def test_checkpoints_taken_every_second_while_workers_are_killed_hold_exactly_th
     app["kafka"]["consumer"] = FAST_FAILOVER
     app["processors"][0]["class"] = "tests.support.apps:SlowCountPerKey"
     path = write_app(tmp_path, app)
-    asyncio.run(produce(kafka_bootstrap, source, numbered(30_000)))
+    asyncio.run(produce(kafka_bootstrap, source, numbered(12_000)))
     asyncio.run(kill_and_replace(path, kafka_bootstrap, app["app_id"], tmp_path, seed=4, kills=3))
     assert runtime(kafka_bootstrap, str(path), "--until-caught-up").returncode == 0  # and more checkpoints
     inputs: dict[int, list[str]] = {}  # partition -> its records' keys in offset order

@@ -82,7 +82,7 @@ async def test_kills_at_random_moments_leave_every_count_exact_or_nothing_missin
 ) -> None:
     source, sink = topic_name("in"), topic_name("out")
     await create_topic(kafka_bootstrap, source, PARTITIONS)
-    total = 10_000
+    total = 4_000
     await produce(kafka_bootstrap, source, numbered(total))
     # About 600 records/s (4 partitions x 4 in flight / 25 ms on average): the input lasts through the kills.
     app = concurrent_app(topic_name, source, sink, tmp_path, kafka_bootstrap, "key", 4, max_wait_ms=50)

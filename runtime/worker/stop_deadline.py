@@ -36,13 +36,18 @@ class StopDeadline:
         self.step: Callable[[], str] | None = None  # what the step being awaited is doing, in words
         self.started = threading.Event()  # the watchdog thread waits on it
         self.finished = threading.Event()
+        self._starting = False
         self._started_at = 0.0
 
     def start(self) -> None:
-        """The stop begins now; later calls change nothing. Safe from a signal handler and from any thread."""
-        if not self.started.is_set():
-            self._started_at = time.monotonic()
-            self.started.set()
+        """The stop begins now; later calls change nothing. Safe from a signal handler and from any thread:
+        a second signal whose handler runs while the first one's is inside `Event.set` (which holds the
+        event's lock, not reentrant) returns at once, rather than wait for that lock forever."""
+        if self._starting:
+            return
+        self._starting = True
+        self._started_at = time.monotonic()
+        self.started.set()
 
     def finish(self) -> None:
         """The stop is done: the watchdog stands down."""

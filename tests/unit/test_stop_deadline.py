@@ -4,6 +4,7 @@ deadline is named while it still shows what it does, cancelled, and the stop goe
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -47,3 +48,21 @@ async def test_a_step_past_the_deadline_is_named_as_it_was_then_cancelled() -> N
     assert work.cancelled() and state["doing"] == "unwound"
     assert deadline.abandoned == ["waiting for ever"]
     assert "abandoning waiting for ever" in deadline.report()
+
+
+def test_a_second_signal_handled_while_the_first_ones_start_holds_the_events_lock_returns_at_once() -> None:
+    deadline = StopDeadline(timeout_s=5.0)
+    real_set = deadline.started.set
+
+    def set_interrupted() -> None:
+        # Inside Event.set, its lock held, a second SIGTERM's handler runs on the same thread.
+        with deadline.started._cond:  # type: ignore[attr-defined]
+            deadline.start()
+        real_set()
+
+    deadline.started.set = set_interrupted  # type: ignore[method-assign]
+    first = threading.Thread(target=deadline.start, daemon=True)
+    first.start()
+    first.join(2)
+    assert not first.is_alive(), "the second start waited for the lock the first one held"
+    assert deadline.started.is_set()

@@ -33,6 +33,7 @@ from runtime.worker.worker import Worker, WorkerFailed
 
 log = logging.getLogger("runtime")
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # Command name -> (module, what it does, for the top-level --help).
 COMMANDS: dict[str, tuple[str, str]] = {
     "dev-kafka": ("runtime.devkafka.cli", "start, stop or check the local development broker"),
@@ -160,9 +161,11 @@ def run_worker(config: AppConfig, bootstrap: str, until_caught_up: bool, app_pat
         worker = Worker(config, bootstrap, until_caught_up, index=index)
         watchdog = Watchdog(worker.deadline, worker.doing)
         watchdog.start()
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in STOP_SIGNALS:
             signal.signal(signum, lambda signum, frame: worker.stop())
         await worker.run()
+
+    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
 
     tune_garbage_collector()
     try:
@@ -176,4 +179,6 @@ def run_worker(config: AppConfig, bootstrap: str, until_caught_up: bool, app_pat
     finally:
         if watchdog is not None:
             watchdog.stand_down()
+        for signum, handler in handlers.items():  # as they were: the worker they stop is gone
+            signal.signal(signum, handler)
     return 0

@@ -14,6 +14,7 @@ from runtime.config import AppConfig, ErrorPolicy, GlobalStoreConfig
 from runtime.counters import Counters
 from runtime.global_stores.changes import ChangeMaker, Failed
 from runtime.kafka.outputs import Outputs
+from runtime.summarised_log import SummarisedLog
 from runtime.task.event_time_bounds import moment
 from runtime.task.failures import FailureHandler, Stage
 from stores import (
@@ -74,6 +75,8 @@ class GlobalStore:
         self.backend = backend
         self.failures: deque[ApplyFailure] = deque(maxlen=KEPT_FAILURES)
         self.failure_count = 0
+        # A topic of reference data full of records the store cannot take would log a trace for each.
+        self.told = SummarisedLog(log, f"records global store {name} could not apply, not logged one by one")
         self.applied = 0
         self._maker = ChangeMaker.configured(spec.key_serde, spec.value_serde, spec.updater)
         self._store = BufferedKeyValueStore(backend, self._maker.keys, self._maker.values, name=name)
@@ -171,8 +174,10 @@ async def set_aside(
     """Records of a batch the store could not apply: logged, then dead-lettered (and acknowledged before
     the store's offset moves past them) or, under `errors: skip`, counted as skipped."""
     counters.global_store_errors += len(failed)
-    for failure in list(store.failures)[-len(failed) :]:
-        log.warning("global store %s could not apply %s\n%s", store.name, failure, failure.stack_trace)
+    recent = list(store.failures)[-len(failed) :]  # the last KEPT_FAILURES at most
+    for failure, (_, error) in zip(recent, failed[len(failed) - len(recent) :], strict=True):
+        if store.told.tells(type(error).__name__):
+            log.warning("global store %s could not apply %s\n%s", store.name, failure, failure.stack_trace)
     if handler is None or dead_letters is None:
         counters.skipped += len(failed)
         return

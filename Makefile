@@ -47,14 +47,12 @@ lint: setup
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 
-# The unit tests share nothing, so they run on every core; the integration tests share one broker, one
-# PostgreSQL and one registry, and inject faults whose timing another test's load would move.
+# The unit tests share nothing, so they run on every core (scripts/test.sh runs them beside the integration tests).
 unit: setup
 	.venv/bin/pytest tests/unit -n auto
 
 test: lint
-	.venv/bin/pytest tests/unit -n auto
-	.venv/bin/pytest tests/integration
+	./scripts/test.sh
 
 # Spans exported over OTLP to a real Jaeger v2 (built once into ~/.cache/kafka-actor-runtime).
 test-jaeger: setup

@@ -10,6 +10,7 @@ from processors.keyless import KEYLESS
 from processors.processor import Processor
 from processors.record import Record
 from processors.stores import SessionStore, WindowStore
+from processors.windows.counted import COUNTED_STORE, Counted, CountWindows
 from processors.windows.definitions import Session, Sliding
 from processors.windows.fixed import FixedWindows
 from processors.windows.late import late_headers
@@ -42,6 +43,8 @@ class Aggregate(Processor):
         and hopping windows read no key's windows over a range, only the windows that close, across keys:
         their store is laid out by time."""
         definition = params.window.definition()
+        if isinstance(definition, Counted):
+            return {params.store_name(name): dict(COUNTED_STORE)}
         kinds = {Session: "session", Sliding: "window"}
         kind = kinds.get(type(definition), "window_by_time")
         return {params.store_name(name): {"kind": kind, "retention_ms": definition.retention_ms}}
@@ -59,7 +62,12 @@ class Aggregate(Processor):
         self.store: WindowStore | SessionStore
         # A result's timestamp is the last millisecond its window covers (as Flink's `maxTimestamp`), so a
         # downstream app windowing the results by event time puts each in the window it summarises.
-        self.end_excluded = int(not isinstance(definition, Session | Sliding))
+        self.end_excluded = int(not isinstance(definition, Session | Sliding | Counted))
+        self.ctx = ctx
+        self.counted: CountWindows | None = None
+        if isinstance(definition, Counted):  # full windows close as their records come: no stream time
+            self.counted = CountWindows(definition, aggregation, ctx.store(name), final)
+            return
         if isinstance(definition, Session):
             self.store = sessions = ctx.session_store(name)
             self.windowing = SessionWindows(definition, aggregation, sessions, final)
@@ -69,7 +77,6 @@ class Aggregate(Processor):
         else:
             self.store = windows = ctx.window_store(name)
             self.windowing = FixedWindows(definition, aggregation, windows, final)
-        self.ctx = ctx
         ctx.schedule(self.windowing.closes_every_ms, self._close_passed, "stream_time")
 
     def process(self, record: Record, ctx: Context) -> None:
@@ -81,6 +88,10 @@ class Aggregate(Processor):
             ctx.count(KEYLESS)
             return
         value = None if self.counts_only else self._value(record)
+        if self.counted is not None:
+            for result in self.counted.add(key, value, timestamp):
+                self._send(result, ctx)
+            return
         store = self.store
         previous = store.stream_time
         stream_time = timestamp if timestamp > previous else previous
@@ -106,7 +117,7 @@ class Aggregate(Processor):
 
     def flush(self, ctx: Context) -> None:
         """Emitting updates: each window changed since the last commit, once, with its latest result."""
-        for result in self.windowing.take_updates():
+        for result in self.windowing.take_updates() if self.counted is None else self.counted.take_updates():
             self._send(result, ctx)
 
     def _group_key(self, record: Record, group_by: str | list[str]) -> Any:

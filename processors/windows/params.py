@@ -18,6 +18,7 @@ from processors.windows.aggregations import (
     Custom,
     import_aggregator,
 )
+from processors.windows.counted import Counted, count_field
 from processors.windows.definitions import Hopping, Session, Sliding, Tumbling, WindowDefinition
 
 # The durations each window type takes besides `grace_ms`.
@@ -37,6 +38,7 @@ AGGREGATIONS: Final = (*SIMPLE, "list")
 STORE_NAME: Final = r"^[a-zA-Z0-9_-]+$"
 
 PositiveMs = Annotated[int, Field(gt=0)]
+PositiveCount = Annotated[int, Field(gt=0)]
 
 
 class _Strict(BaseModel):
@@ -44,12 +46,14 @@ class _Strict(BaseModel):
 
 
 class WindowParams(_Strict):
-    type: Literal["tumbling", "hopping", "sliding", "session"]
+    type: Literal["tumbling", "hopping", "sliding", "session", "count"]
     size_ms: PositiveMs | None = Field(default=None, validate_default=True)
     advance_ms: PositiveMs | None = Field(default=None, validate_default=True)
     time_difference_ms: PositiveMs | None = Field(default=None, validate_default=True)
     gap_ms: PositiveMs | None = Field(default=None, validate_default=True)
     grace_ms: int = Field(default=0, ge=0)
+    size: PositiveCount | None = Field(default=None, validate_default=True)
+    step: PositiveCount | None = Field(default=None, validate_default=True)
 
     @field_validator("size_ms", "advance_ms", "time_difference_ms", "gap_ms")
     @classmethod
@@ -57,6 +61,8 @@ class WindowParams(_Strict):
         kind = info.data.get("type")
         if kind is None:  # the type is wrong, and reported as such
             return value
+        if kind == "count":
+            return count_field(kind, str(info.field_name), value, None)
         takes, name = WINDOW_DURATIONS[kind], str(info.field_name)
         if name in takes and value is None:
             raise ValueError(f"{kind} windows need {name}")
@@ -67,8 +73,16 @@ class WindowParams(_Strict):
             raise ValueError(f"advance_ms ({value}) must not exceed size_ms ({size})")
         return value
 
-    def definition(self) -> WindowDefinition:
+    @field_validator("grace_ms", "size", "step")
+    @classmethod
+    def _counted(cls, value: int | None, info: ValidationInfo) -> int | None:
+        kind = info.data.get("type")
+        return value if kind is None else count_field(kind, str(info.field_name), value, info.data.get("size"))
+
+    def definition(self) -> WindowDefinition | Counted:
         """The window definition; the validators above made sure it has the durations its type takes."""
+        if self.type == "count":
+            return Counted.of(self.size, self.step)
         durations: dict[str, Any] = {name: getattr(self, name) for name in WINDOW_DURATIONS[self.type]}
         return WINDOW_CLASSES[self.type](**durations, grace_ms=self.grace_ms)
 
@@ -162,6 +176,14 @@ class AggregateParams(_Strict):
                 f"'{aggregation.type}' has no merge(first, second), which session windows need to merge sessions"
             )
         return aggregation
+
+    @field_validator("late_topic")
+    @classmethod
+    def _late_records_exist(cls, topic: str | None, info: ValidationInfo) -> str | None:
+        window = info.data.get("window")
+        if topic is not None and window is not None and window.type == "count":
+            raise ValueError("count windows have no late records: a record always goes into its key's windows")
+        return topic
 
     _among_outputs = field_validator("output", "late_topic")(
         classmethod(lambda cls, topic, info: among_outputs(topic, info))

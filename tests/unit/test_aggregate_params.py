@@ -74,6 +74,18 @@ def aggregation(**fields: Any) -> Edit:
 AT = r"processors\[0\]\.params\."  # where every error below is
 
 
+def count_window(*, keep_late_topic: bool = False, **fields: Any) -> Edit:
+    """Count windows instead, without the late-records topic they have no use for unless kept."""
+
+    def edit(app: dict[str, Any]) -> None:
+        target = app["processors"][0]["params"]
+        target["window"] = {"type": "count", **fields}
+        if not keep_late_topic:
+            del target["late_topic"]
+
+    return edit
+
+
 def session_of(aggregator: str) -> Edit:
     def edit(app: dict[str, Any]) -> None:
         window(type="session", size_ms=None, gap_ms=30_000)(app)
@@ -92,10 +104,20 @@ CASES = [
     ),
     (window(type="hopping", advance_ms=0), r"window\.advance_ms: Input should be greater than 0"),
     (window(type="hopping"), r"window\.advance_ms: hopping windows need advance_ms"),
-    (window(type="cyclic"), r"window\.type: Input should be 'tumbling', 'hopping', 'sliding' or 'session'"),
+    (window(type="cyclic"), r"window\.type: Input should be 'tumbling', 'hopping', 'sliding', 'session' or 'count'"),
     (window(type="session"), r"window\.size_ms: session windows take gap_ms \(and grace_ms\), not size_ms"),
     (window(type="sliding", size_ms=None), r"window\.time_difference_ms: sliding windows need time_difference_ms"),
     (window(sise_ms=1), r"window\.sise_ms: Extra inputs are not permitted"),
+    (window(size=100), r"window\.size: only count windows take size, a number of records"),
+    (count_window(), r"window\.size: count windows need size: how many records of a key each window holds"),
+    (count_window(size=0), r"window\.size: Input should be greater than 0"),
+    (count_window(size=3, step=4), r"window\.step: step \(4\) must not exceed size \(3\)"),
+    (count_window(size=3, size_ms=100), r"window\.size_ms: count windows take size \(and step\), a number of records"),
+    (
+        count_window(size=3, grace_ms=0),
+        r"window\.grace_ms: count windows take no grace_ms: a window closes",
+    ),
+    (count_window(size=3, keep_late_topic=True), r"late_topic: count windows have no late records"),
     (
         aggregation(type="median"),
         r"aggregation\.type: unknown aggregation 'median': expected count, sum, min, max, mean, first, last, list, "
@@ -160,6 +182,13 @@ def test_the_store_the_params_need_is_declared_for_the_yaml() -> None:
     assert (stores["sessions"].kind, stores["sessions"].retention_ms, stores["sessions"].backend) == (
         "session", 600_000, "memory",
     )  # fmt: skip
+
+
+def test_count_windows_keep_each_keys_open_windows_in_a_key_value_store() -> None:
+    app = copy.deepcopy(VALID)
+    count_window(size=10, step=5)(app)
+    totals = parse_app(app).processors[0].stores["totals"]
+    assert (totals.kind, totals.retention_ms, totals.changelog) == ("key_value", None, True)
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,10 @@ from typing import Any, cast
 from runtime.commands.cluster import connect
 from runtime.replay.jobs.cli import jobs
 from runtime.replay.jobs.state import JobState, ReplayRequest, Status
+from runtime.replay.partitioners import PARTITIONERS
+from runtime.replay.scan import Replay
 from tests.conftest import TopicNamer
-from tests.integration.test_replay import KEYS, _iso, activity
+from tests.integration.test_replay import KEYS, _iso, activity, librdkafka_placed
 from tests.support.kafka_helpers import create_topic, produce, read_topic
 from tests.support.running import REPO, SPAWNED, write_app
 
@@ -104,7 +106,12 @@ def whole_job(app: Path, bootstrap: str, wanted: Callable[[JobState], bool], wha
     return cast(JobState, wait_for(found, 120, f"the job {what}"))
 
 
-def test_a_job_replays_its_records_once_and_a_bad_request_fails_saying_why(
+def murmur2(topic: str, key: bytes) -> int:
+    """The partition of 3 that `replay` reads for `key` by default."""
+    return Replay(topic, key).partition_of(3)
+
+
+def test_a_job_replays_its_records_once_also_of_a_key_librdkafka_placed_and_a_bad_request_fails_saying_why(
     kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
 ) -> None:
     topic, target = topic_name("activity"), topic_name("replays")
@@ -128,6 +135,19 @@ def test_a_job_replays_its_records_once_and_a_bad_request_fails_saying_why(
     again = command(kafka_bootstrap, *asked)
     assert again.returncode == 0 and JobState.decode(again.stdout).status is Status.COMPLETED
     assert len(asyncio.run(read_topic(kafka_bootstrap, target))) == len(expected)
+    # A key librdkafka placed with its default partitioner, in another partition than murmur2's: found there.
+    crc32 = PARTITIONERS["consistent_random"]
+    placed = next(k for k in (f"lib-{n}".encode() for n in range(100)) if crc32.partition(k, 3) != murmur2(topic, k))
+    partition = crc32.partition(placed, 3)
+    assert set(librdkafka_placed(kafka_bootstrap, topic, [placed] * 3)) == {partition}
+    asked_placed = ["request", topic, "--app", str(app), "--key", placed.decode(), "--to-topic", target,
+                    "--partitioner", "consistent_random", "--id", "librdkafka-key", "--wait"]  # fmt: skip
+    done = command(kafka_bootstrap, *asked_placed)
+    assert done.returncode == 0, done.stderr
+    final = JobState.decode(done.stdout)
+    assert (final.status, final.matched, final.partition) == (Status.COMPLETED, 3, partition)
+    replayed = asyncio.run(read_topic(kafka_bootstrap, target))
+    assert [r.key for r in replayed if r.key != key.encode()] == [placed] * 3
     # Requests that cannot be done end FAILED, each with its reason.
     requests = topic_name("replayer") + "-replay-requests"
     bad = [
@@ -136,6 +156,7 @@ def test_a_job_replays_its_records_once_and_a_bad_request_fails_saying_why(
         (b"no-partition", json.dumps({"topic": topic, "partition": 7, "target": target}).encode()),
         (b"both", json.dumps({"topic": topic, "key": "a", "partition": 0, "target": target}).encode()),
         (b"itself", json.dumps({"topic": topic, "key": "a", "target": topic}).encode()),
+        (b"crc", json.dumps({"topic": topic, "key": "a", "partitioner": "crc32", "target": target}).encode()),
     ]
     asyncio.run(produce(kafka_bootstrap, requests, bad))
     reasons = {
@@ -144,6 +165,7 @@ def test_a_job_replays_its_records_once_and_a_bad_request_fails_saying_why(
         "no-partition": "has no partition 7 (it has 3)",
         "both": "give either key or partition",
         "itself": "the replay would never end",
+        "crc": "unknown partitioner 'crc32': expected one of librdkafka's, murmur2_random, murmur2, consistent_random",
     }
 
     def failed() -> dict[str, JobState] | None:
@@ -155,7 +177,7 @@ def test_a_job_replays_its_records_once_and_a_bad_request_fails_saying_why(
     for name, reason in reasons.items():
         assert done[name].status is Status.FAILED and reason in (done[name].reason or ""), done[name]
     listed = command(kafka_bootstrap, "list", "--app", str(app), "--json")
-    assert listed.returncode == 0 and len(listed.stdout.splitlines()) == len(reasons) + 1
+    assert listed.returncode == 0 and len(listed.stdout.splitlines()) == len(reasons) + 2
 
 
 def test_a_job_whose_worker_is_killed_is_taken_over_and_its_output_holds_each_record_once(

@@ -40,11 +40,29 @@ def test_a_request_takes_iso_times_or_milliseconds() -> None:
         ({"topic": "a", "key": "k", "target": "a"}, "the replay would never end"),
         ({"topic": "a", "key": "k", "from": "yesterday", "target": "b"}, "is not a time"),
         ({"topic": "a", "key": "k", "target": "b", "colour": "red"}, "Extra inputs are not permitted"),
+        (
+            {"topic": "a", "key": "k", "partitioner": "crc32", "target": "b"},
+            "unknown partitioner 'crc32': expected one of librdkafka's, murmur2_random, murmur2, consistent_random, "
+            "consistent, fnv1a_random, fnv1a",
+        ),
+        (
+            {"topic": "a", "partition": 0, "partitioner": "consistent", "target": "b"},
+            "a partitioner places a key; partition names the partition itself",
+        ),
     ],
 )
 def test_a_request_that_cannot_be_done_is_refused_saying_why(fields: dict[str, object], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         ReplayRequest.model_validate({"id": "j", **fields})
+
+
+def test_a_request_names_the_partitioner_that_placed_its_key_or_takes_replays_default() -> None:
+    asked = {"id": "j", "topic": "a", "key": "k", "target": "b"}
+    assert ReplayRequest.model_validate(asked).partitioner == "murmur2_random"
+    librdkafkas = ReplayRequest.model_validate({**asked, "partitioner": "consistent_random"})
+    assert ReplayRequest.model_validate_json(librdkafkas.encode()).partitioner == "consistent_random"
+    job = JobState(id="j", status=Status.OPEN, request=librdkafkas)
+    assert JobState.decode(job.encode()) == job
 
 
 def test_a_request_record_becomes_an_open_job_named_by_its_id_its_key_or_its_offset() -> None:

@@ -23,6 +23,7 @@ from runtime.kafka.connection import Clients
 from runtime.log_fields import LOG_FIELDS, LOG_FORMATS
 from runtime.replay.jobs.service import ReplayService, create_job_topics
 from runtime.replay.jobs.state import JobState, ReplayRequest, Status
+from runtime.replay.partitioners import DEFAULT, PARTITIONERS
 
 EPILOG = """\
 The app YAML's `replay_jobs` section names the requests topic and the jobs topic (default
@@ -35,6 +36,8 @@ examples:
   python -m runtime replay-jobs serve --app app.yaml
   python -m runtime replay-jobs request activity --app app.yaml --key acc-0042 \\
       --from 2026-11-20T10:00Z --to 2026-11-20T12:00Z --to-topic activity-replays --wait
+  python -m runtime replay-jobs request activity --app app.yaml --key acc-0042 \\
+      --partitioner consistent_random --to-topic activity-replays
   python -m runtime replay-jobs list --app app.yaml
 """
 
@@ -63,6 +66,7 @@ async def request(cluster: Cluster, args: argparse.Namespace) -> int:
         "topic": args.topic,
         "key": args.key,
         "partition": args.partition,
+        "partitioner": args.partitioner,
         "from": args.start,
         "to": args.end,
         "target": args.to_topic,
@@ -138,6 +142,8 @@ def _what(state: JobState) -> str:
     if wanted is None:
         return ""
     which = f"key {wanted.key}" if wanted.key is not None else f"partition {wanted.partition}"
+    if wanted.partitioner != DEFAULT:
+        which += f" ({wanted.partitioner})"
     return f"{wanted.topic} {which} → {wanted.target}"
 
 
@@ -170,6 +176,13 @@ def parser() -> argparse.ArgumentParser:
     which = asking.add_mutually_exclusive_group(required=True)
     which.add_argument("--key", help="the key: its partition is read, and only its records are kept")
     which.add_argument("--partition", type=int, metavar="P", help="every record of partition P in the range")
+    asking.add_argument(
+        "--partitioner",
+        choices=list(PARTITIONERS),
+        default=DEFAULT,
+        help="with --key: how its producer chose the partition, by librdkafka's names (default murmur2_random, "
+        "as Java's producer; librdkafka's clients default to consistent_random)",
+    )
     asking.add_argument("--from", dest="start", type=parse_time, metavar="TIME", help="ISO 8601")
     asking.add_argument("--to", dest="end", type=parse_time, metavar="TIME", help="ISO 8601, not included")
     asking.add_argument("--to-topic", required=True, metavar="TOPIC", help="where the job writes the records")

@@ -177,10 +177,10 @@ class JobRunner:
                 key = encoded_key(serdes.key, serdes.raw_key, request.key)
             except KeyNotEncodable as error:
                 raise JobFailed(str(error)) from None
-        what = Replay(request.topic, key, request.partition, request.start_ms, request.end_ms)
+        what = Replay(request.topic, key, request.partition, request.start_ms, request.end_ms, request.partitioner)
         try:
             what.partition_of(counts[request.topic])
-        except ValueError as error:  # no such partition
+        except ValueError as error:  # no such partition, or a key its partitioner puts in any
             raise JobFailed(str(error)) from None
         return what, counts[request.topic], self._shipper({request.target: counts[request.target]}, limits)
 

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from runtime.commands.times import parse_time
+from runtime.replay.partitioners import DEFAULT, PARTITIONERS
 
 
 class Status(StrEnum):
@@ -33,8 +34,9 @@ class Status(StrEnum):
 
 class ReplayRequest(BaseModel):
     """What a request on the requests topic asks for, as JSON: `{"id", "topic", "key" | "partition",
-    "from", "to", "target"}`, the times in ISO 8601 or milliseconds since the epoch, the key as text
-    (encoded with the topic's key serde of the app YAML, as `python -m runtime replay --key` does)."""
+    "partitioner", "from", "to", "target"}`, the times in ISO 8601 or milliseconds since the epoch, the key
+    as text (encoded with the topic's key serde of the app YAML, and placed by the partitioner named, as
+    `python -m runtime replay --key --partitioner` does)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -42,6 +44,7 @@ class ReplayRequest(BaseModel):
     topic: str = Field(min_length=1)
     key: str | None = None
     partition: int | None = Field(default=None, ge=0)
+    partitioner: str = DEFAULT
     start_ms: int | None = Field(default=None, alias="from")
     end_ms: int | None = Field(default=None, alias="to")
     target: str = Field(min_length=1)
@@ -54,10 +57,19 @@ class ReplayRequest(BaseModel):
         except ArgumentTypeError as error:
             raise ValueError(str(error)) from None
 
+    @field_validator("partitioner")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        if name not in PARTITIONERS:
+            raise ValueError(f"unknown partitioner '{name}': expected one of librdkafka's, {', '.join(PARTITIONERS)}")
+        return name
+
     @model_validator(mode="after")
     def _what_and_when(self) -> ReplayRequest:
         if (self.key is None) == (self.partition is None):
             raise ValueError("give either key or partition")
+        if self.partition is not None and self.partitioner != DEFAULT:
+            raise ValueError("a partitioner places a key; partition names the partition itself")
         if self.start_ms is not None and self.end_ms is not None and self.end_ms <= self.start_ms:
             raise ValueError("'to' must come after 'from'")
         if self.target == self.topic:

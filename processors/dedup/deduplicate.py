@@ -103,7 +103,8 @@ class Deduplicate(Processor):
         if found is None and self.null_id_alone:
             ctx.send(self.output, record.value, key=record.key, headers=record.headers)
             return
-        stream_time = self.seen.advance(timestamp)
+        held = ctx.stream_time  # at least the record's, unless a repartition's upstream progress holds it
+        stream_time = self.seen.advance(timestamp if timestamp <= held else held)
         if timestamp < stream_time - window:  # some ids it may repeat are forgotten
             ctx.count(LATE)
             if self.late_topic is not None:

@@ -94,7 +94,11 @@ class Aggregate(Processor):
             return
         store = self.store
         previous = store.stream_time
-        stream_time = timestamp if timestamp > previous else previous
+        # The task's stream time is at least the record's, unless the progress of a repartition's upstream
+        # tasks holds it back: then windows close, and records are late, by that.
+        held = ctx.stream_time
+        moved_to = timestamp if timestamp <= held else held
+        stream_time = moved_to if moved_to > previous else previous
         late = self.windowing.add(key, value, timestamp, stream_time)
         if late is not None:
             ctx.count("late_records")
@@ -103,7 +107,7 @@ class Aggregate(Processor):
         if stream_time > previous:  # as `_close_passed` does, inline: this runs for nearly every record
             for result in self.windowing.close(previous, stream_time):
                 self._send(result, ctx)
-            store.advance(timestamp)
+            store.advance(stream_time)
 
     def _close_passed(self) -> None:
         """The windows that closed as the task's stream time moved past the store's, with no record here: sent,

@@ -23,6 +23,7 @@ from runtime.state.task_state import TaskState
 from runtime.task.broadcast import BroadcastReader
 from runtime.task.context import TaskContext
 from runtime.task.task import Task, TaskId, TaskServices
+from runtime.task.upstream_progress import progress_of, stamps_of
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def assemble_task(
         store = spec.broadcast_positions_store
         client_id = f"{config.app_id}-{task_id.processor}-{task_id.partition}-broadcast"
         broadcast = services.broadcast.reader(spec.broadcast, lambda: state.stores[store].store, client_id)
-    return build_task(
+    task = build_task(
         task_id,
         processor,
         config.app_id,
@@ -61,6 +62,9 @@ def assemble_task(
         broadcast,
         spec.concurrency,
     )
+    task.stamps = stamps_of(config, spec, task_id.partition, outputs, services.clock)
+    task.context.upstream = progress_of(config, spec, outputs)
+    return task
 
 
 def construct(spec: ProcessorConfig, task_id: TaskId) -> Processor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from processors.context import Context, Punctuation, PunctuationTime
 from processors.serdes import Serde
@@ -17,6 +17,9 @@ from runtime.task.clock import SYSTEM_CLOCK, Clock
 from runtime.telemetry.trace_headers import TRACEPARENT_CLASS, UNTRACED_CLASS, OutputContext, fields_of
 from runtime.telemetry.tracing import with_fields
 from stores import BufferedKeyValueStore, ReadOnlyView, SessionView, TtlView, WindowView
+
+if TYPE_CHECKING:
+    from runtime.task.upstream_progress import UpstreamProgress
 
 NEVER = 1 << 63  # a stream time no record reaches: when the next stream-time punctuation is due if none is
 TopicSerdes = Mapping[str, tuple[Serde, Serde]]
@@ -44,6 +47,9 @@ class StreamTimePunctuator:
 @dataclass(frozen=True)
 class StreamTimeMark:
     stream_time: int
+    observed_time: int
+    watermark: int
+    upstream: Mapping[int, Any] | None
     dues: Mapping[StreamTimePunctuator, int]
 
 
@@ -84,8 +90,13 @@ class TaskContext(Context):
     trace_fields: OutputContext | tuple[()] = ()
     punctuators: list[Punctuator] = field(default_factory=list)
     stream_time_punctuators: list[StreamTimePunctuator] = field(default_factory=list)
-    # `stream_time`, as a plain attribute: the task's loop compares each record's timestamp with it.
+    # `stream_time`, as a plain attribute: the greatest timestamp of the records processed
+    # (`observed_time`), held at `watermark` for a task reading a repartition topic
+    # (runtime/task/upstream_progress.py).
     latest_timestamp: int = -1
+    observed_time: int = -1
+    watermark: int = NEVER
+    upstream: UpstreamProgress | None = None  # what holds it, for a task reading a repartition topic
     # The timestamp of outputs sent without one: the event time of the record being processed, the
     # time a punctuation fired for; None elsewhere (`init`, `flush`), where the producer's clock gives it.
     output_time: int | None = None
@@ -154,6 +165,20 @@ class TaskContext(Context):
     def stream_time(self) -> int:
         return self.latest_timestamp
 
+    def advance_to(self, timestamp: int) -> None:
+        """Stream time, as a record of `timestamp` moves it."""
+        if timestamp > self.observed_time:
+            self.observed_time = timestamp
+            held = timestamp if timestamp < self.watermark else self.watermark
+            self.latest_timestamp = max(self.latest_timestamp, held)
+
+    def hold_at(self, watermark: int) -> None:
+        """The upstream tasks' progress changed: stream time moves on as far as it lets it, and never back
+        (a watermark below it, when an upstream task that was caught up gets records again, holds it there)."""
+        self.watermark = max(watermark, self.latest_timestamp)
+        held = min(self.observed_time, self.watermark)
+        self.latest_timestamp = max(self.latest_timestamp, held)
+
     def next_stream_time_due(self) -> int:
         """The stream time at which the next stream-time punctuation is due (NEVER when there is none)."""
         return min((p.due for p in self.stream_time_punctuators), default=NEVER)
@@ -166,12 +191,20 @@ class TaskContext(Context):
         )
 
     def stream_time_now(self) -> StreamTimeMark:
-        return StreamTimeMark(self.latest_timestamp, {p: p.due for p in self.stream_time_punctuators})
+        return StreamTimeMark(
+            self.latest_timestamp,
+            self.observed_time,
+            self.watermark,
+            None if self.upstream is None else self.upstream.mark(),
+            {p: p.due for p in self.stream_time_punctuators},
+        )
 
     def go_back_to(self, mark: StreamTimeMark) -> None:
         """The task goes back to committed offsets: their records are processed again with the stream
         time, and the stream-time punctuations, they met the first time."""
-        self.latest_timestamp = mark.stream_time
+        self.latest_timestamp, self.observed_time, self.watermark = mark.stream_time, mark.observed_time, mark.watermark
+        if self.upstream is not None and mark.upstream is not None:
+            self.upstream.go_back_to(mark.upstream)
         for punctuator in self.stream_time_punctuators:
             punctuator.due = mark.dues.get(punctuator, punctuator.due)
 

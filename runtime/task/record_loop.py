@@ -49,6 +49,7 @@ from runtime.task.event_time_bounds import AheadGuard, EventTimeAhead
 from runtime.task.failures import Stage
 from runtime.task.in_flight import InFlight
 from runtime.task.pace import Pace
+from runtime.task.upstream_progress import Stamp, UpstreamProgress, is_stamp
 from runtime.telemetry.trace_headers import CARRIED_CLASSES, UNTRACED, TraceDecision
 
 if TYPE_CHECKING:
@@ -125,8 +126,39 @@ class RecordLoop:
                 on_wait,
             )
 
-    async def process(self, tp: TopicPartition, records: list[Any]) -> list[Any]:  # noqa: PLR0915 (one frame a record)
+    async def process(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
         """Process `records` of `tp` in order; returns those left for later when interrupted."""
+        progress = self._context.upstream
+        if progress is not None and tp.topic == progress.topic:
+            return await self._process_stamped(tp, records, progress)
+        return await self._process_records(tp, records)
+
+    async def _process_stamped(self, tp: TopicPartition, records: list[Any], progress: UpstreamProgress) -> list[Any]:
+        """Records of a repartition topic: the stamps among them taken in their place, after the records
+        before them, each holding stream time at the upstream tasks' progress (upstream_progress.py, step 2)."""
+        context, start = self._context, 0
+        for index, raw in enumerate(records):
+            if not is_stamp(raw):
+                continue
+            if index > start:
+                rest = await self._process_records(tp, records[start:index])
+                if rest:
+                    return rest + records[index:]
+            start = index + 1
+            try:
+                progress.take(Stamp.decode(raw.value))
+            except ValueError as error:  # msgspec's DecodeError among them
+                self._undecodable(raw, error)
+            context.hold_at(progress.watermark)
+            if context.latest_timestamp >= context.next_stream_time_due():
+                context.trace_fields, context.source = UNTRACED, None
+                await self._punctuations.run_stream_time_due()
+            self.on_batch_done(tp, raw.offset + 1, 0)
+            if self.interrupted:
+                return records[start:]
+        return await self._process_records(tp, records[start:]) if start < len(records) else []
+
+    async def _process_records(self, tp: TopicPartition, records: list[Any]) -> list[Any]:  # noqa: PLR0915 (one frame a record)
         if self.in_flight is not None:
             return await self._hand_over(tp, records, self.in_flight)
         key_serde, value_serde = self._services.serdes[tp.topic]
@@ -138,8 +170,9 @@ class RecordLoop:
         decisions = tracer.decide(records) if traced else ()
         pending = context.pending
         stream_time, punctuation_due = context.latest_timestamp, context.next_stream_time_due()
+        observed, watermark = context.observed_time, context.watermark  # stream time is `observed` held there
         guard = self._guards[tp.topic]
-        alarm = guard.start(stream_time)
+        alarm = guard.start(observed)
         processed = 0
         done: int | None = None  # the offset after the last record handled
         pace = self._pace
@@ -174,15 +207,16 @@ class RecordLoop:
                         done = raw.offset + 1
                         continue
                     timestamp = record.timestamp
-                    if timestamp > stream_time:
+                    if timestamp > observed:
                         if timestamp > alarm:
                             try:
-                                alarm = guard.judge(raw, timestamp, stream_time)
+                                alarm = guard.judge(raw, timestamp, observed)
                             except EventTimeAhead as error:  # never moves stream time: to the policy
                                 self._undecodable(raw, error)
                                 done = raw.offset + 1
                                 continue
-                        stream_time = context.latest_timestamp = timestamp
+                        observed = timestamp
+                        stream_time = context.latest_timestamp = timestamp if timestamp < watermark else watermark
                     if traced:
                         decision = decisions[index]
                         if decision.__class__ not in carried_classes:  # sampled: in a span of its own
@@ -210,6 +244,7 @@ class RecordLoop:
                     await punctuations.run_stream_time_due()
         finally:
             pace.countdown = countdown
+            context.observed_time = observed
             context.trace_fields, context.source, context.output_time = UNTRACED, None, None  # nor to a record
             self.on_batch_done(tp, done, processed)
         return []
@@ -293,16 +328,16 @@ class RecordLoop:
         (then the record goes to the deserialization policy, and False is returned); one that brings a
         stream-time punctuation due ends the batch after it."""
         context = self._context
-        if timestamp > context.latest_timestamp:
+        if timestamp > context.observed_time:
             guard = self._guards[raw.topic]
             if timestamp > guard.alarm:
                 try:
-                    guard.judge(raw, timestamp, context.latest_timestamp)
+                    guard.judge(raw, timestamp, context.observed_time)
                 except EventTimeAhead as error:
                     self._undecodable(raw, error)
                     return False
-            context.latest_timestamp = timestamp
-            if timestamp >= context.next_stream_time_due():
+            context.advance_to(timestamp)
+            if context.latest_timestamp >= context.next_stream_time_due():
                 self.interrupted = True  # after this record
         return True
 

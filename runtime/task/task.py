@@ -56,6 +56,7 @@ from runtime.task.intake import Admission, BatchIntake, ChoiceIntake, ChooseFail
 from runtime.task.punctuations import PunctuationFailed, Punctuations
 from runtime.task.record_loop import RecordLoop, settle
 from runtime.task.timestamp_order import EventTimeOf, InputQueue, TimestampOrder
+from runtime.task.upstream_progress import ProgressStamps
 from runtime.telemetry import Telemetry
 from stores import ReadOnlyView
 
@@ -195,6 +196,7 @@ class Task:
         )
         self.in_flight = self._loop.in_flight
         admission = Admission(self.group_inputs, end_offsets, services.commit_before_processing)
+        self.stamps: ProgressStamps | None = None  # for a task writing to a repartition topic
         self.intake: Intake  # what is queued here, and the order it is taken in
         if isinstance(processor, MergeProcessor):
             choices = ChoiceOrder(every_input, self._loop.decode, processor.choose)
@@ -240,6 +242,10 @@ class Task:
 
     def queued_of(self, tp: TopicPartition) -> int:
         return self.intake.queued_of(tp)
+
+    def _caught_up(self) -> bool:
+        """Nothing queued or in flight, and Kafka holds no record of its inputs it was not handed."""
+        return self.idle and not any(self._services.unfetched(tp) for tp in self.inputs)
 
     def queued_inputs(self) -> list[TopicPartition]:
         return self.intake.queued_inputs(self.inputs)
@@ -374,7 +380,7 @@ class Task:
     def advance_stream_time(self, timestamp: int) -> None:
         """Stream time moves to `timestamp` as a record of that time would move it, without a record; the
         stream-time punctuations it brings due run at the next step."""
-        self._context.latest_timestamp = max(self._context.latest_timestamp, timestamp)
+        self._context.advance_to(timestamp)
 
     async def _process_until_stopped(self) -> None:
         while not self._stopping:
@@ -420,6 +426,8 @@ class Task:
             finally:
                 self.in_step = None
         self._release_outputs()  # 1.2
+        if self.stamps is not None:  # after the outputs (runtime/task/upstream_progress.py, step 1)
+            self.stamps.stamp(self.outputs, self._context.latest_timestamp, self._caught_up())
         if self.broadcast is not None:
             self.broadcast.write_positions(self.next_offsets)  # 1.3, the broadcast positions as store changes
         if self.state is not None:

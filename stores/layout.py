@@ -16,7 +16,13 @@ restore and snapshots:
 - `04 <key>` (key-value stores with a TTL): an entry, whose value is its expiry (8 bytes, signed
   big-endian) and the value's bytes;
 - `05 <expiry> <key>` (the same): the expiry index, with empty values: every key in the order
-  of its expiry, for expiry in time order.
+  of its expiry, for expiry in time order;
+- `06 <key length> <key> <valid to>` (versioned tables): a key's version that a later one replaced,
+  whose value is its valid-from time (8 bytes) and the version (stores/versioned.py). Keyed by the
+  time it stopped being valid, so the version valid at a time is the first at or after it;
+- `07 <time> <key>` (the same): the history's time index, with empty values: at `time` a version of
+  `key` ended (or its latest version is a deletion from then), for expiry in time order;
+- `08 <key>` (the same): a key's latest version, valid from the 8-byte time its value starts with.
 
 Keys are the bytes of the store's key serde. A time is 8 bytes, big-endian, of the time plus 2**63:
 byte order is time order, negative times included.
@@ -41,6 +47,9 @@ INDEX = b"\x02"
 WINDOW_BY_TIME = b"\x03"
 TTL_ENTRY = b"\x04"
 TTL_INDEX = b"\x05"
+VERSION = b"\x06"
+VERSION_INDEX = b"\x07"
+LATEST_VERSION = b"\x08"
 
 _TIME = struct.Struct(">Q")
 TIME_SIZE = _TIME.size
@@ -113,6 +122,24 @@ def ttl_index(key: bytes, expiry: int) -> bytes:
 def ttl_of_index(index: bytes) -> tuple[bytes, int]:
     """The key and expiry an expiry index entry names."""
     return index[_INDEX_TIMES:], time_at(index, len(TTL_INDEX))
+
+
+def version_entry(key: bytes, valid_to: int) -> bytes:
+    return _ENTRY_HEAD.pack(VERSION, len(key)) + key + _TIME.pack(valid_to + _TIME_OFFSET)
+
+
+def versions_of(key: bytes) -> bytes:
+    """The prefix of every past version of `key`: its range in the store, in the order of their ends."""
+    return _ENTRY_HEAD.pack(VERSION, len(key)) + key
+
+
+def version_index(key: bytes, time: int) -> bytes:
+    return VERSION_INDEX + _TIME.pack(time + _TIME_OFFSET) + key
+
+
+def version_of_index(index: bytes) -> tuple[bytes, int]:
+    """The key and time a history index entry names."""
+    return index[_INDEX_TIMES:], time_at(index, len(VERSION_INDEX))
 
 
 def session_of_index(index: bytes) -> tuple[bytes, int, int]:

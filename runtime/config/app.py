@@ -155,6 +155,11 @@ class AppConfig(Strict):
                         f"processors[{index}].tables.{name}.topic: topic '{table.topic}' is not compacted "
                         "(cleanup_policy: compact): a table's topic keeps every key's latest value"
                     )
+                if table.history_ms is not None and self.topics[table.topic].timestamp is not None:
+                    raise ValueError(
+                        f"processors[{index}].tables.{name}.history_ms: topic '{table.topic}' has a timestamp "
+                        "setting; a table's versions are kept by their records' Kafka timestamps"
+                    )
             counts = {topic: self.topics[topic].partitions for topic in (*processor.inputs, *processor.table_topics())}
             if len(set(counts.values())) > 1:
                 raise ValueError(

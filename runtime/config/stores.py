@@ -73,12 +73,24 @@ class StoreConfig(Strict):
 
 class TableConfig(Strict):
     """A compacted topic, co-partitioned with the processor's inputs, materialized into a task-local store
-    (`ctx.table(name)`): the topic itself is the store's changelog, so there is no second copy."""
+    (`ctx.table(name)`): the topic itself is the store's changelog, so there is no second copy.
+
+    With `history_ms` the store keeps each key's versions by their timestamps for that long, so a stream
+    record joins the value its key had at the record's time (stores/versioned.py)."""
 
     topic: str
     backend: Literal["memory", "rocksdb"] = "rocksdb"
+    history_ms: int | None = Field(default=None, gt=0)  # milliseconds of stream time, or "30s", "15m", "1h", "1d"
 
     _valid_topic = field_validator("topic")(classmethod(lambda cls, name: valid_topic_name(name)))
+    _a_duration = field_validator("history_ms", mode="before")(classmethod(lambda cls, given: duration_ms(given)))
+
+    @field_validator("history_ms", mode="before")
+    @classmethod
+    def _not_a_bool(cls, given: object) -> object:
+        if isinstance(given, bool):
+            raise ValueError("history_ms is a positive number of milliseconds, not a boolean")
+        return given
 
 
 class GlobalStoreConfig(Strict):

@@ -42,6 +42,14 @@ def test_a_table_is_read_by_the_group_and_describe_shows_it_as_its_own_changelog
     )
 
 
+def test_a_table_keeps_history_for_the_milliseconds_or_the_duration_it_is_given() -> None:
+    for given, expected in ((86_400_000, 86_400_000), ("1d", 86_400_000), ("15m", 900_000)):
+        app = copy.deepcopy(APP)
+        app["processors"][0]["tables"]["customers"]["history_ms"] = given
+        assert parse_app(app).processors[0].tables["customers"].history_ms == expected
+    assert parse_app(APP).processors[0].tables["customers"].history_ms is None
+
+
 def edit(path: str, value: Any) -> Any:
     def apply(app: dict[str, Any]) -> None:
         *parents, last = path.split(".")
@@ -49,6 +57,14 @@ def edit(path: str, value: Any) -> Any:
         for part in parents:
             node = node[int(part)] if part.isdigit() else node[part]
         node[last] = value
+
+    return apply
+
+
+def both(*edits: Any) -> Any:
+    def apply(app: dict[str, Any]) -> None:
+        for change in edits:
+            change(app)
 
     return apply
 
@@ -67,6 +83,14 @@ CASES = [
     (edit("processors.0.params.table", "suppliers"),
      r"processors\[0\]\.params\.table: 'suppliers' is not among the processor's tables \['customers'\]"),
     (edit("processors.0.params.join", "outer"), r"processors\[0\]\.params\.join: Input should be 'inner' or 'left'"),
+    (edit("processors.0.tables.customers.history_ms", 0),
+     r"processors\[0\]\.tables\.customers\.history_ms: Input should be greater than 0"),
+    (edit("processors.0.tables.customers.history_ms", True),
+     r"processors\[0\]\.tables\.customers\.history_ms: history_ms is a positive number of milliseconds"),
+    (edit("processors.0.tables.customers.history_ms", "a day"),
+     r"processors\[0\]\.tables\.customers\.history_ms: 'a day' is not a duration"),
+    (both(edit("topics.customers.timestamp", {"field": "at"}), edit("processors.0.tables.customers.history_ms", 60)),
+     r"processors\[0\]\.tables\.customers\.history_ms: topic 'customers' has a timestamp setting"),
 ]  # fmt: skip
 
 

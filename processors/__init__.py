@@ -7,7 +7,7 @@ from processors.merge import MergeProcessor
 from processors.processor import Processor
 from processors.record import Record
 from processors.serdes import Serde
-from processors.stores import KeyValueStore, ReadOnlyStore, SessionStore, WindowStore
+from processors.stores import KeyValueStore, ReadOnlyStore, SessionStore, Table, WindowStore
 
 __all__ = [
     "Context",
@@ -20,5 +20,6 @@ __all__ = [
     "Serde",
     "SessionStore",
     "StopWorker",
+    "Table",
     "WindowStore",
 ]

@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from processors.stores import KeyValueStore, ReadOnlyStore, SessionStore, WindowStore
+from processors.stores import KeyValueStore, ReadOnlyStore, SessionStore, Table, WindowStore
 
 Punctuation = Callable[[], Awaitable[None] | None]
 PunctuationTime = Literal["wall_clock", "stream_time"]
@@ -72,11 +72,11 @@ class Context(ABC):
     def session_store(self, name: str) -> SessionStore:
         """This task's instance of a store the processor declares with `kind: session`."""
 
-    def table(self, name: str) -> ReadOnlyStore:
+    def table(self, name: str) -> Table:
         """A table of the processor (`tables:` in the YAML): its compacted topic's partition of this task,
         as of the record being processed (the task takes the table's records and its inputs' in
-        timestamp order), read-only. (Not abstract, so that a context written before tables existed
-        still stands.)"""
+        timestamp order), read-only; with `history_ms`, also as of any time in its history
+        (`get_as_of`). (Not abstract, so that a context written before tables existed still stands.)"""
         raise NotImplementedError(f"{type(self).__name__} has no tables")
 
     @abstractmethod

@@ -38,6 +38,23 @@ class ReadOnlyStore(Protocol):
         ...
 
 
+class Table(ReadOnlyStore, Protocol):
+    """A table of the processor (`ctx.table(name)`): `get` gives each key's latest value; a table with
+    `history_ms` in the app YAML also keeps each key's earlier versions, for `get_as_of`."""
+
+    @property
+    def history_ms(self) -> int | None:
+        """How far back, in ms of the table's stream time, `get_as_of` is exact; None: no history."""
+        ...
+
+    def get_as_of(self, key: Any, timestamp: int, default: Any = None) -> Any:
+        """The value `key` had at `timestamp`: its latest version with a timestamp at or before it.
+        `default` when that is a deletion or there is none, or when `timestamp` is older than the
+        table's stream time minus `history_ms` and the latest version is younger than it (KIP-889's
+        rule). A table without `history_ms` refuses it (TypeError naming the setting)."""
+        ...
+
+
 class KeyValueStore(ReadOnlyStore, Protocol):
     """A task's own store: its writes are read back at once (also by range and prefix reads; a write
     made while iterating does not show in that iteration) and are committed, with its changelog,

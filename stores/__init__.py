@@ -8,11 +8,12 @@ from typing import Literal
 from stores.backend import Backend, Change
 from stores.errors import StoreCorrupted, StoreError, StoreLocked, StoreWriteFailed
 from stores.memory import MemoryBackend
-from stores.read_only import ReadOnlyView
+from stores.read_only import ReadOnlyView, TableView
 from stores.rocksdb import RocksDBBackend, wipe
 from stores.sessions import SessionView
 from stores.store import BufferedKeyValueStore
 from stores.ttl import StreamClock, TtlView
+from stores.versioned import VersionedStore, VersionedTableView
 from stores.windows import WindowView
 from stores.windows_by_time import WindowByTimeView
 
@@ -30,7 +31,10 @@ __all__ = [
     "StoreLocked",
     "StoreWriteFailed",
     "StreamClock",
+    "TableView",
     "TtlView",
+    "VersionedStore",
+    "VersionedTableView",
     "WindowByTimeView",
     "WindowView",
     "open_backend",

@@ -30,3 +30,15 @@ class ReadOnlyView:
 
     def approximate_count(self) -> int:
         return self._store.approximate_count()
+
+
+class TableView(ReadOnlyView):
+    """A table without history: each key's latest value only."""
+
+    history_ms: int | None = None
+
+    def get_as_of(self, key: Any, timestamp: int, default: Any = None) -> Any:
+        raise TypeError(
+            f"table '{self.name}' keeps each key's latest value only: give it history_ms in the app YAML "
+            "to read it as of a time"
+        )

@@ -116,8 +116,12 @@ class BufferedKeyValueStore:
     def check_layout(self) -> None:
         """Refuse a store laid out as a key-value store with a TTL, or a window or session store (stores/layout.py):
         its keys would be read as garbage, and none would ever expire."""
-        if self._backend.get(STREAM_TIME_KEY) is not None:
+        if self.holds_stream_time():
             raise layout_refused(self.name, "key_value without ttl_ms")
+
+    def holds_stream_time(self) -> bool:
+        """Whether the store holds the stream time of a layout that keeps one (stores/layout.py)."""
+        return self._backend.get(STREAM_TIME_KEY) is not None
 
     def write_encoded(self, key_bytes: bytes, value_bytes: bytes | None) -> None:
         """A write of bytes already encoded (by the topic a table mirrors); `None` deletes."""

@@ -3,8 +3,11 @@ processor's tables (`tables:` in the YAML), as Kafka Streams' KStream-KTable joi
 
 The table is the task's partition of a compacted topic co-partitioned with the stream, and the task takes
 the table's records and the stream's in timestamp order: a stream record sees each table update older
-than it, and none younger, so it joins the table as of its own time. (A table update that comes out of
-order, older than the value it replaces, still replaces it: the table keeps each key's latest value.)
+than it, and none younger, so it joins the table as of its own time. A table without history keeps each
+key's latest value: an update that comes out of order, older than the value it replaces, still replaces
+it, and a stream record that comes after a younger update (the stream lags) joins that update. A table
+with `history_ms` keeps each key's versions, and the join reads the one valid at the stream record's
+timestamp (`get_as_of`), as Kafka Streams joins a versioned table (KIP-914).
 """
 
 from __future__ import annotations
@@ -56,10 +59,16 @@ class TableJoin(Processor):
     def init(self, ctx: Context) -> None:
         params = self.Params.model_validate(ctx.params)
         self.table = ctx.table(params.table)
+        self.versioned = self.table.history_ms is not None
         self.output, self.inner = params.output, params.join == "inner"
 
     def process(self, record: Record, ctx: Context) -> None:
-        found = None if record.key is None else self.table.get(record.key)
+        if record.key is None:
+            found = None
+        elif self.versioned:
+            found = self.table.get_as_of(record.key, record.timestamp)
+        else:
+            found = self.table.get(record.key)
         if found is None and self.inner:
             ctx.count(UNJOINED if record.key is not None else KEYLESS)
             return

@@ -59,6 +59,13 @@ class ChangelogRestorer:
     async def restore(self, state: TaskState) -> None:
         await state.open()
         for entry in state.stores.values():
+            if entry.mirrors_input and not entry.table_layout_fits():
+                log.warning(
+                    "table %s partition %d was written with another history setting: reading it again from its topic",
+                    entry.name,
+                    state.partition,
+                )
+                state.rebuild(entry.name)
             if entry.changelog is not None:
                 attributes = {
                     STORE: entry.name,
@@ -129,7 +136,7 @@ class ChangelogRestorer:
                 batches = await consumer.getmany(tp, timeout_ms=200, max_records=RESTORE_BATCH)
                 records = [record for record in batches.get(tp, []) if record.offset < end]
                 position = min(await consumer.position(tp), end)
-                entry.store.restore(((record.key, record.value) for record in records), position)
+                entry.restore(records, position)
                 done += len(records)
                 self._progress.advance(bar, len(records))
                 self._counters.restored += len(records)

@@ -26,6 +26,7 @@ from stores import (
     StoreLocked,
     StreamClock,
     TtlView,
+    VersionedStore,
     WindowView,
     open_backend,
     wipe,
@@ -50,6 +51,23 @@ class TaskStore:
     # A table's store: its changelog is the topic it mirrors, which the task reads as an input; nothing
     # is logged to it, and it is restored up to the group's committed offset (the rest is read as input).
     mirrors_input: bool = False
+    # A table with history: its versions, in `store`'s bytes, which its records are written through.
+    versions: VersionedStore | None = None
+
+    def restore(self, records: list[Any], next_offset: int) -> None:
+        """Changelog records read by a restore, and the offset after them, in one write; a table with
+        history keeps each record as a version at its timestamp."""
+        if self.versions is not None:
+            self.versions.restore(records, next_offset)
+        else:
+            self.store.restore(((record.key, record.value) for record in records), next_offset)
+
+    def table_layout_fits(self) -> bool:
+        """Whether a table's store was written with the history setting it has now (a table that gained or
+        lost `history_ms` is read again from its topic)."""
+        if self.versions is not None:
+            return self.versions.layout_fits()
+        return not self.store.holds_stream_time()
 
 
 def store_path(config: AppConfig, store: str, partition: int) -> Path:
@@ -95,14 +113,19 @@ class TaskState:
             self.stores[name] = await self._open_table(name, table)
 
     async def _open_table(self, name: str, table: TableConfig) -> TaskStore:
-        """A table's store keeps the topic's bytes as they are, and reads them with the topic's serdes."""
+        """A table's store keeps the topic's bytes as they are, and reads them with the topic's serdes; one
+        with history keeps them as versions, read through its view."""
         path = store_path(self._config, name, self.partition)
         spec = StoreConfig(backend=table.backend, changelog=False)
         backend = await self._backend(name, table.backend, path)
         keys, values = self._topic_serdes[table.topic]
-        store = BufferedKeyValueStore(backend, keys, values, name=name, changelog=False)
         changelog = TopicPartition(table.topic, self.partition)
-        return TaskStore(name, spec, path, store, None, backend, changelog, None, mirrors_input=True)
+        if table.history_ms is None:
+            store = BufferedKeyValueStore(backend, keys, values, name=name, changelog=False)
+            return TaskStore(name, spec, path, store, None, backend, changelog, None, mirrors_input=True)
+        store = BufferedKeyValueStore(backend, RawSerde(), RawSerde(), name=name, changelog=False)
+        versions = VersionedStore(store, table.history_ms, keys, values)
+        return TaskStore(name, spec, path, store, None, backend, changelog, None, mirrors_input=True, versions=versions)
 
     def _built(
         self, name: str, spec: StoreConfig, backend: Backend, changelog: TopicPartition | None
@@ -124,8 +147,12 @@ class TaskState:
 
     def write_table(self, tp: TopicPartition, records: list[Any]) -> None:
         """A table partition's records into the store that mirrors it, as the topic holds them (a record
-        without a value deletes)."""
-        write = self.stores[self.table_inputs()[tp]].store.write_encoded
+        without a value deletes); a table with history keeps each as a version at its timestamp."""
+        entry = self.stores[self.table_inputs()[tp]]
+        if entry.versions is not None:
+            entry.versions.write_records(records)
+            return
+        write = entry.store.write_encoded
         for raw in records:
             write(raw.key, raw.value)
 
@@ -161,13 +188,17 @@ class TaskState:
         for entry in self.stores.values():
             if entry.view is not None:
                 entry.view.write_stream_time()
+            elif entry.versions is not None:
+                entry.versions.write_stream_time()
 
     def _expire(self) -> None:
         """The stores with a TTL delete what the stream time expired, so that the tombstones go with the
-        commit whose records moved it there."""
+        commit whose records moved it there; tables with history drop the versions it put out of reach."""
         for entry in self.stores.values():
             if isinstance(entry.view, TtlView):
                 entry.view.expire()
+            elif entry.versions is not None:
+                entry.versions.expire()
 
     @property
     def has_unflushed_writes(self) -> bool:

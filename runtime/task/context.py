@@ -16,7 +16,7 @@ from runtime.state.task_state import TaskState, TaskStore
 from runtime.task.clock import SYSTEM_CLOCK, Clock
 from runtime.telemetry.trace_headers import TRACEPARENT_CLASS, UNTRACED_CLASS, OutputContext, fields_of
 from runtime.telemetry.tracing import with_fields
-from stores import BufferedKeyValueStore, ReadOnlyView, SessionView, TtlView, WindowView
+from stores import BufferedKeyValueStore, ReadOnlyView, SessionView, TableView, TtlView, VersionedTableView, WindowView
 
 if TYPE_CHECKING:
     from runtime.task.upstream_progress import UpstreamProgress
@@ -285,12 +285,12 @@ class TaskContext(Context):
             f"store, which ctx.{_READ_WITH[kind]}('{entry.name}') hands out"
         )
 
-    def table(self, name: str) -> ReadOnlyView:
+    def table(self, name: str) -> TableView | VersionedTableView:
         entry = self._state.stores.get(name) if self._state is not None else None
         if entry is None or not entry.mirrors_input:
             tables = sorted(n for n, e in self._state.stores.items() if e.mirrors_input) if self._state else []
             raise KeyError(f"processor '{self._processor_name}' has no table '{name}' (it has {tables})")
-        return ReadOnlyView(entry.store)
+        return TableView(entry.store) if entry.versions is None else VersionedTableView(entry.versions)
 
     def global_store(self, name: str) -> ReadOnlyView:
         store = self._global_stores.get(name)

@@ -56,7 +56,7 @@ from runtime.testkit.clock import ManualClock
 from runtime.testkit.commits import MemoryCommits
 from runtime.testkit.records import DeadLetter, TopicRecord
 from runtime.testkit.topics import DEFAULT_BATCH_SIZE, MemoryProducer, Topics
-from stores import BufferedKeyValueStore, ReadOnlyView, SessionView, TtlView, WindowView
+from stores import BufferedKeyValueStore, ReadOnlyView, SessionView, TableView, TtlView, VersionedTableView, WindowView
 from stores.partitioner import partition_for
 
 MAX_ROUNDS = 10_000
@@ -304,7 +304,7 @@ class AppDriver:
     def session_store(self, name: str, partition: int = 0) -> SessionView:
         return self._task_of_store(name, partition).context.session_store(name)
 
-    def table(self, name: str, partition: int = 0) -> ReadOnlyView:
+    def table(self, name: str, partition: int = 0) -> TableView | VersionedTableView:
         return self._task_of_store(name, partition).context.table(name)
 
     def global_store(self, name: str) -> ReadOnlyView:

@@ -143,3 +143,35 @@ async def test_each_record_joins_the_table_as_of_its_time_whichever_topic_kafka_
     finally:
         await admin.close()
     assert internal == [], "the table's store has no changelog of its own: its topic is one"
+
+
+async def test_with_history_a_view_joins_the_profile_of_its_time_also_after_a_restore_from_the_topic(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    """A profile update produced to Kafka before views older than it: with `history_ms` the views join
+    the profile before the update, and after the local state is lost the restore from the topic keeps
+    each profile's timestamp, so the next views still join the profile of their time."""
+    topics = {"orders": topic_name("views"), "customers": topic_name("profiles"), "enriched": topic_name("out")}
+    for role, topic in topics.items():
+        await create_topic(kafka_bootstrap, topic, PARTITIONS,
+                           {"cleanup.policy": "compact"} if role == "customers" else None)  # fmt: skip
+    app = join_app(topic_name("app"), topics, tmp_path / "state", kafka_bootstrap, "left")
+    app["guarantee"] = "exactly_once"
+    app["processors"][0]["tables"]["customers"]["history_ms"] = 3_600_000
+    start = time.time_ns() // 1_000_000 - 600_000
+    profiles: list[Event] = [
+        ("customers", "u1", start, {"tier": "basic"}),
+        ("customers", "u1", start + 200, {"tier": "gold"}),
+    ]
+    await produce_events(kafka_bootstrap, topics, profiles, table_first=True)
+    await produce_events(kafka_bootstrap, topics, [("orders", "u1", start + 100, {"view": 1})], table_first=True)
+    await run(app, kafka_bootstrap)
+
+    shutil.rmtree(tmp_path / "state")  # the restart restores the table from its topic
+    views: list[Event] = [("orders", "u1", start + 150, {"view": 2}), ("orders", "u1", start + 250, {"view": 3})]
+    await produce_events(kafka_bootstrap, topics, views, table_first=True)
+    await run(app, kafka_bootstrap)
+    joins = (await joined(kafka_bootstrap, topics["enriched"]))[partition_for(b"u1", PARTITIONS)]
+    assert [(value["stream"]["view"], value["table"]) for _, value in joins] == [
+        (1, {"tier": "basic"}), (2, {"tier": "basic"}), (3, {"tier": "gold"}),
+    ]  # fmt: skip

@@ -1,14 +1,17 @@
 """The stream-table join: the built-in `processors.joins:TableJoin` enriching a stream of `--records` JSON
 records with a table of `--keys` keys (a compacted topic co-partitioned with it), at-least-once and
-exactly-once, one process, each run a fresh app id, output and state.
+exactly-once, one process, each run a fresh app id, output and state; with a plain table and with a
+versioned one (`history_ms`, a day), and the ratio of the two.
 
 `python -m bench.table_join [--records 1000000] [--keys 100000] [--partitions 6] [--runs 3]
-[--guarantees at_least_once exactly_once] [--bootstrap HOST:PORT]`
+[--guarantees at_least_once exactly_once] [--tables plain versioned] [--bootstrap HOST:PORT]`
 
 The table's records are older than the stream's, so every stream record finds its key (a left join that
 always joins); the table is read into the task's store first, in timestamp order, as part of the run.
 Figures per run: stream records per second over the process's wall clock (start-up and the table
 included) and over its processing span, per CPU second, and the joined records counted on the output.
+A versioned table writes each table record as a version and each stream record reads the version valid
+at its time: here the latest, one point lookup, as for a plain table.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from bench.data import fill_topic
 from bench.stats import median, run_directory, write_result
 from bench.throughput import Measurement, finish_output, median_of, timeout_for
 
+TABLES = {"plain": None, "versioned": 86_400_000}
+"""The table's `history_ms` of each variant."""
+
 
 def first_ms() -> int:
     """The table's records from an hour ago on, a millisecond apart, the stream's after them: recent enough
@@ -45,14 +51,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--guarantees", nargs="+", default=["at_least_once", "exactly_once"],
                         choices=["at_least_once", "exactly_once"])  # fmt: skip
+    parser.add_argument("--tables", nargs="+", default=list(TABLES), choices=list(TABLES))
     parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local broker")
     return parser.parse_args()
 
 
 def app_yaml(
-    bootstrap: str, stream: str, table: str, partitions: int, guarantee: str, state_dir: Path
+    bootstrap: str, stream: str, table: str, partitions: int, guarantee: str, state_dir: Path, history_ms: int | None
 ) -> dict[str, Any]:
     app_id = f"bench-table-join-{guarantee}-{uuid.uuid4().hex[:8]}"
+    table_spec: dict[str, Any] = {"topic": table} if history_ms is None else {"topic": table, "history_ms": history_ms}
     json_topic = {"partitions": partitions, "key_serde": "str", "value_serde": "json"}
     return {
         "app_id": app_id,
@@ -63,7 +71,7 @@ def app_yaml(
             "name": "enrich",
             "class": "processors.joins:TableJoin",
             "inputs": [stream],
-            "tables": {"customers": {"topic": table}},
+            "tables": {"customers": table_spec},
             "outputs": [f"{app_id}-enriched"],
             "params": {"table": "customers", "output": f"{app_id}-enriched", "join": "left"},
         }],
@@ -88,7 +96,8 @@ def run_once(app: dict[str, Any], bootstrap: str, records: int, workdir: Path) -
 def main() -> None:
     args = parse_args()
     workdir = run_directory("table-join")
-    runs: dict[str, list[Measurement]] = {guarantee: [] for guarantee in args.guarantees}
+    variants = [f"{guarantee} {kind}" for guarantee in args.guarantees for kind in args.tables]
+    runs: dict[str, list[Measurement]] = {variant: [] for variant in variants}
     with kafka(args.bootstrap) as bootstrap:
         suffix = uuid.uuid4().hex[:8]
         stream, table = f"bench-orders-{suffix}", f"bench-customers-{suffix}"
@@ -100,12 +109,13 @@ def main() -> None:
         asyncio.run(fill_topic(bootstrap, stream, args.records, args.partitions, args.keys, "json",
                                timestamp=lambda i: first + args.keys + i))  # fmt: skip
         for number in range(1, args.runs + 1):
-            for guarantee in args.guarantees:
-                app = app_yaml(bootstrap, stream, table, args.partitions, guarantee, workdir / "state")
+            for variant in variants:
+                guarantee, kind = variant.split()
+                app = app_yaml(bootstrap, stream, table, args.partitions, guarantee, workdir / "state", TABLES[kind])
                 measured = run_once(app, bootstrap, args.records, workdir)
-                runs[guarantee].append(measured)
+                runs[variant].append(measured)
                 processing = measured.inner_rate(args.records) or 0
-                print(f"run {number}/{args.runs} {guarantee:<14}{measured.wall_seconds:6.2f} s = "
+                print(f"run {number}/{args.runs} {variant:<24}{measured.wall_seconds:6.2f} s = "
                       f"{measured.rate(args.records):8,.0f} rec/s (processing {processing:,.0f}), "
                       f"cpu {measured.cpu_seconds or 0:.2f} s, {measured.records_out:,} outputs")  # fmt: skip
         asyncio.run(delete_topics(bootstrap, [stream, table]))
@@ -113,16 +123,22 @@ def main() -> None:
     print(
         f"median of {args.runs} run(s), stream records/s: wall clock of the process | processing span | per CPU second"
     )
-    for guarantee, done in runs.items():
+    for variant, done in runs.items():
         figures = {
             "rate": median([m.rate(args.records) for m in done]),
             "processing_rate": median_of(m.inner_rate(args.records) for m in done),
             "cpu_rate": median_of(m.cpu_rate(args.records) for m in done),
         }
-        medians[guarantee] = figures
-        print(f"  {guarantee:<14}{figures['rate']:>9,.0f} | {figures['processing_rate']:>9,.0f} | "
+        medians[variant] = figures
+        print(f"  {variant:<24}{figures['rate']:>9,.0f} | {figures['processing_rate']:>9,.0f} | "
               f"{figures['cpu_rate']:>9,.0f}")  # fmt: skip
-    every_run = {guarantee: [asdict(m) for m in done] for guarantee, done in runs.items()}
+    for guarantee in args.guarantees:
+        plain, versioned = medians.get(f"{guarantee} plain"), medians.get(f"{guarantee} versioned")
+        if plain is not None and versioned is not None:
+            print(f"  versioned / plain, {guarantee}: " + " | ".join(
+                f"{versioned[figure] / plain[figure]:.2f}" if plain[figure] else "-"
+                for figure in ("rate", "processing_rate", "cpu_rate")))  # fmt: skip
+    every_run = {variant: [asdict(m) for m in done] for variant, done in runs.items()}
     path = write_result(workdir, "table_join", {"arguments": vars(args), "median": medians, "runs": every_run})
     print(f"result: {path.relative_to(REPO_ROOT)}")
 

@@ -42,6 +42,7 @@ class Table:
     store: str
     topic: str
     backend: str
+    history_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,9 @@ def topology(app: AppConfig) -> Topology:
             co_partitioned=len(processor.inputs) + len(processor.tables) > 1,
             inputs=[Input(topic, app.topics[topic].partitions, writers[topic]) for topic in processor.inputs],
             broadcast=[Input(topic, app.topics[topic].partitions, writers[topic]) for topic in processor.broadcast],
-            tables=[Table(name, table.topic, table.backend) for name, table in processor.tables.items()],
+            tables=[
+                Table(name, table.topic, table.backend, table.history_ms) for name, table in processor.tables.items()
+            ],
             outputs=[Output(topic, readers[topic]) for topic in processor.outputs],
             stores=_stores(app, processor),
         )
@@ -179,6 +182,7 @@ def render(topology: Topology) -> str:
             lines.append(
                 f"  table   {table.topic} into store {table.store} ({table.backend}), co-partitioned; "
                 "the topic is its changelog"
+                + ("" if table.history_ms is None else f"; keeps {table.history_ms} ms of history")
             )
         for output in processor.outputs:
             lines.append(f"  writes  {output.topic}{_peers('to', output.read_by)}")

@@ -48,6 +48,9 @@ def test_a_table_keeps_history_for_the_milliseconds_or_the_duration_it_is_given(
         app["processors"][0]["tables"]["customers"]["history_ms"] = given
         assert parse_app(app).processors[0].tables["customers"].history_ms == expected
     assert parse_app(APP).processors[0].tables["customers"].history_ms is None
+    app = copy.deepcopy(APP)
+    app["processors"][0]["tables"]["customers"]["history_ms"] = "1h"
+    assert "its changelog; keeps 3600000 ms of history\n" in render(topology(parse_app(app))) + "\n"
 
 
 def edit(path: str, value: Any) -> Any:

@@ -221,3 +221,16 @@ def test_the_memory_store_answers_as_the_model(steps: list[tuple[str, str, int, 
             store.expire(limit=2)
         for probe in range(-1, 62):
             assert store.get_as_of(key, probe) == model.get_as_of(key, probe), (key, probe)
+
+
+def test_a_store_written_without_history_is_told_apart_from_one_with_it() -> None:
+    plain = BufferedKeyValueStore(open_backend("memory"), RawSerde(), RawSerde(), name="profiles")
+    plain.write_encoded(b"user-1", b"{}")
+    plain.flush()
+    assert not VersionedStore(plain, HISTORY).layout_fits()
+    store = versioned(open_backend("memory"))
+    put(store, "user-1", 5, "x")
+    put(store, "user-1", 6, None)
+    store.write_stream_time()
+    store._store.flush()
+    assert store.layout_fits() and store._store.holds_stream_time()

@@ -225,8 +225,9 @@ class VersionedStore:
             if latest is not None and len(latest) == _VALID_FROM.size and _valid_from(latest) == time:
                 store.delete(LATEST_VERSION + key)
             store.delete(index)
-        # A full step stops within a time, which more entries may share.
-        self._expired_below = version_of_index(due[-1][0])[1] if len(due) == limit else cutoff + 1
+        # A full step stops within a time, which more entries may share; a write at the cutoff itself (not
+        # refused) may still end a version there, so the next scan starts at it.
+        self._expired_below = version_of_index(due[-1][0])[1] if len(due) == limit else cutoff
         return len(due)
 
     def write_stream_time(self) -> None:

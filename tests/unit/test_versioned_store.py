@@ -234,3 +234,16 @@ def test_a_store_written_without_history_is_told_apart_from_one_with_it() -> Non
     store.write_stream_time()
     store._store.flush()
     assert store.layout_fits() and store._store.holds_stream_time()
+
+
+def test_a_version_that_a_write_at_the_cutoff_ends_is_expired_too(new_backend: Callable[[], Backend]) -> None:
+    store = versioned(new_backend())
+    put(store, "k3", 5, "old")
+    put(store, "k", 10, "a")
+    put(store, "k", 110, "b")
+    assert store.cutoff == 10 and store.expire() == 0
+    assert put(store, "k3", 10, "new"), "a write at the cutoff is not refused"
+    assert store.expire() == 1
+    store._store.flush()
+    assert not [key for key, _ in store._store.range(b"\x06", b"\x07") if b"k3" in key]
+    assert store.get_as_of("k3", 10) == "new" and store.get_as_of("k3", 9) is None

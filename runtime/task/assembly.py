@@ -23,7 +23,7 @@ from runtime.state.task_state import TaskState
 from runtime.task.broadcast import BroadcastReader
 from runtime.task.context import TaskContext
 from runtime.task.task import Task, TaskId, TaskServices
-from runtime.task.upstream_progress import progress_of, stamps_of
+from runtime.task.upstream_progress import UpstreamProgress, progress_of, stamps_of
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,9 @@ def assemble_task(
         state,
         broadcast,
         spec.concurrency,
+        progress_of(config, spec, outputs),
     )
     task.stamps = stamps_of(config, spec, task_id.partition, outputs, services.clock)
-    task.context.upstream = progress_of(config, spec, outputs)
     return task
 
 
@@ -91,6 +91,7 @@ def build_task(
     state: TaskState | None = None,
     broadcast: BroadcastReader | None = None,
     concurrency: ConcurrencyConfig | None = None,
+    upstream: UpstreamProgress | None = None,
 ) -> Task:
     context = TaskContext(
         app_id,
@@ -107,4 +108,7 @@ def build_task(
     )
     if state is not None:
         state.stream_clock = context
+    if upstream is not None:  # held from the start, until every upstream task stamped
+        context.upstream = upstream
+        context.hold_at(upstream.watermark)
     return Task(task_id, processor, context, inputs, outputs, services, end_offsets, state, broadcast, concurrency)

@@ -3,6 +3,7 @@ described in docs/windows.md and checked when the app is loaded (`AggregateParam
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from processors.context import Context
@@ -14,7 +15,7 @@ from processors.windows.counted import COUNTED_STORE, Counted, CountWindows
 from processors.windows.definitions import Session, Sliding
 from processors.windows.fixed import FixedWindows
 from processors.windows.late import late_headers
-from processors.windows.params import AggregateParams
+from processors.windows.params import AggregateParams, AggregationParams
 from processors.windows.sessions import SessionWindows
 from processors.windows.sliding import SlidingWindows
 from processors.windows.windowing import Windowing, WindowResult
@@ -53,9 +54,13 @@ class Aggregate(Processor):
         params = AggregateParams.model_validate(ctx.params)
         self.output, self.late_topic, self.group_by = params.output, params.late_topic, params.group_by
         self.keyless_alone = params.keyless == "alone"
-        self.field = params.aggregation.field
-        self.counts_only = params.aggregation.type == "count"  # a value it never reads is not kept
-        self.aggregation = aggregation = params.aggregation.build()
+        # What each record gives its windows; None, when a count reads nothing of it (nothing is kept)
+        self.read: Callable[[Record], Any] | None
+        if params.aggregation is not None:
+            self.read = _reader(params.aggregation)
+        else:
+            self.read = _each_reader([_reader(spec) for spec in (params.aggregations or {}).values()])
+        self.aggregation = aggregation = params.built_aggregation()
         definition = params.window.definition()
         name, final = params.store_name(ctx.processor_name), params.emit == "final"
         self.windowing: Windowing
@@ -87,7 +92,7 @@ class Aggregate(Processor):
         if key is None and self.keyless_alone:
             ctx.count(KEYLESS)
             return
-        value = None if self.counts_only else self._value(record)
+        value = None if self.read is None else self.read(record)
         if self.counted is not None:
             for result in self.counted.add(key, value, timestamp):
                 self._send(result, ctx)
@@ -130,16 +135,31 @@ class Aggregate(Processor):
             return _field(record, group_by)
         return [_field(record, name) for name in group_by]
 
-    def _value(self, record: Record) -> Any:
-        """What an aggregation other than a count reads of a record."""
-        return record.value if self.field is None else _field(record, self.field)
-
     def _send(self, result: WindowResult, ctx: Context) -> None:
         if result.removed:
             value = {"start": result.start, "end": result.end, "value": None, "removed": True}
         else:
             value = {"start": result.start, "end": result.end, "value": self.aggregation.result(result.aggregate)}
         ctx.send(self.output, value, key=result.key, timestamp=result.end - self.end_excluded)
+
+
+def _reader(aggregation: AggregationParams) -> Callable[[Record], Any] | None:
+    """What an aggregation reads of a record: its field, or its whole value; a count reads nothing."""
+    if aggregation.type == "count":
+        return None
+    field = aggregation.field
+    if field is None:
+        return _whole_value
+    return lambda record: _field(record, field)
+
+
+def _each_reader(readers: list[Callable[[Record], Any] | None]) -> Callable[[Record], list[Any]]:
+    """Several aggregations read a record into a list, one item for each, in their order."""
+    return lambda record: [None if read is None else read(record) for read in readers]
+
+
+def _whole_value(record: Record) -> Any:
+    return record.value
 
 
 def _field(record: Record, name: str) -> Any:

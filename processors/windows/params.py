@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from processors.keyless import Keyless
 from processors.params import among_outputs
@@ -20,6 +20,7 @@ from processors.windows.aggregations import (
 )
 from processors.windows.counted import Counted, count_field
 from processors.windows.definitions import Hopping, Session, Sliding, Tumbling, WindowDefinition
+from processors.windows.several import SeveralAggregations
 
 # The durations each window type takes besides `grace_ms`.
 WINDOW_DURATIONS: Final = {
@@ -148,13 +149,28 @@ class AggregateParams(_Strict):
     processor's `outputs`, which `output` and `late_topic` must be among."""
 
     window: WindowParams
-    aggregation: AggregationParams
+    aggregation: AggregationParams | None = None
+    aggregations: dict[Annotated[str, Field(min_length=1)], AggregationParams] | None = Field(
+        default=None, min_length=1
+    )
     group_by: str | list[str] | None = None
     keyless: Keyless = "alone"
     emit: Literal["final", "updates"] = "final"
     output: str
     late_topic: str | None = None
     store: str | None = Field(default=None, pattern=STORE_NAME)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_of_aggregation_and_aggregations(cls, params: Any) -> Any:
+        """Checked before the fields, so that a missing or doubled aggregation is one error, whatever else is wrong."""
+        if isinstance(params, dict):
+            given = [name for name in ("aggregation", "aggregations") if params.get(name) is not None]
+            if not given:
+                raise ValueError("aggregation (one) or aggregations (several, by name) is required")
+            if len(given) == 2:
+                raise ValueError("give aggregation (one) or aggregations (several, by name), not both")
+        return params
 
     @field_validator("group_by", mode="before")
     @classmethod
@@ -167,14 +183,9 @@ class AggregateParams(_Strict):
 
     @field_validator("aggregation")
     @classmethod
-    def _sessions_merge(cls, aggregation: AggregationParams, info: ValidationInfo) -> AggregationParams:
-        window = info.data.get("window")
-        if window is None or window.type != "session" or not aggregation.is_custom:
-            return aggregation
-        if not callable(getattr(import_aggregator(aggregation.type), "merge", None)):
-            raise ValueError(
-                f"'{aggregation.type}' has no merge(first, second), which session windows need to merge sessions"
-            )
+    def _session_merges(cls, aggregation: AggregationParams | None, info: ValidationInfo) -> AggregationParams | None:
+        if aggregation is not None:
+            _mergeable_in(info.data.get("window"), aggregation)
         return aggregation
 
     @field_validator("late_topic")
@@ -185,10 +196,38 @@ class AggregateParams(_Strict):
             raise ValueError("count windows have no late records: a record always goes into its key's windows")
         return topic
 
+    @field_validator("aggregations")
+    @classmethod
+    def _sessions_merge(
+        cls, aggregations: dict[str, AggregationParams] | None, info: ValidationInfo
+    ) -> dict[str, AggregationParams] | None:
+        for name, aggregation in (aggregations or {}).items():
+            try:
+                _mergeable_in(info.data.get("window"), aggregation)
+            except ValueError as error:
+                raise ValueError(f"{name}: {error}") from None
+        return aggregations
+
     _among_outputs = field_validator("output", "late_topic")(
         classmethod(lambda cls, topic, info: among_outputs(topic, info))
     )
 
+    def built_aggregation(self) -> Aggregation:
+        """The one aggregation, or the several as one whose aggregate holds each of theirs."""
+        if self.aggregation is not None:
+            return self.aggregation.build()
+        return SeveralAggregations({name: spec.build() for name, spec in (self.aggregations or {}).items()})
+
     def store_name(self, processor: str) -> str:
         """The window or session store: `store`, else the processor's name."""
         return self.store or processor
+
+
+def _mergeable_in(window: WindowParams | None, aggregation: AggregationParams) -> None:
+    """Session windows merge sessions, so a custom aggregator of theirs needs `merge`."""
+    if window is None or window.type != "session" or not aggregation.is_custom:
+        return
+    if not callable(getattr(import_aggregator(aggregation.type), "merge", None)):
+        raise ValueError(
+            f"'{aggregation.type}' has no merge(first, second), which session windows need to merge sessions"
+        )

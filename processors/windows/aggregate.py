@@ -12,7 +12,8 @@ from processors.processor import Processor
 from processors.record import Record
 from processors.stores import SessionStore, WindowStore
 from processors.windows.counted import COUNTED_STORE, Counted, CountWindows
-from processors.windows.definitions import Session, Sliding
+from processors.windows.definitions import Session, Sliding, Window
+from processors.windows.early import EveryRecords
 from processors.windows.fixed import FixedWindows
 from processors.windows.late import late_headers
 from processors.windows.params import AggregateParams, AggregationParams
@@ -60,9 +61,17 @@ class Aggregate(Processor):
             self.read = _reader(params.aggregation)
         else:
             self.read = _each_reader([_reader(spec) for spec in (params.aggregations or {}).values()])
-        self.aggregation = aggregation = params.built_aggregation()
+        aggregation = params.built_aggregation()
+        early = params.early
+        every_records = (
+            None if early is None or early.every_records is None else EveryRecords(aggregation, early.every_records)
+        )
+        every_ms = None if early is None else early.every_ms
+        self.aggregation = every_records or aggregation  # what makes a stored aggregate a result
         definition = params.window.definition()
         name, final = params.store_name(ctx.processor_name), params.emit == "final"
+        self.final, self.sends_due = final, every_records is not None
+        changes = every_ms is not None
         self.windowing: Windowing
         self.store: WindowStore | SessionStore
         # A result's timestamp is the last millisecond its window covers (as Flink's `maxTimestamp`), so a
@@ -73,16 +82,24 @@ class Aggregate(Processor):
         if isinstance(definition, Counted):  # full windows close as their records come: no stream time
             self.counted = CountWindows(definition, aggregation, ctx.store(name), final)
             return
+        self.definition = definition
         if isinstance(definition, Session):
             self.store = sessions = ctx.session_store(name)
-            self.windowing = SessionWindows(definition, aggregation, sessions, final)
+            self.windowing = SessionWindows(
+                definition, aggregation, sessions, final, changes=changes, every_records=every_records
+            )
         elif isinstance(definition, Sliding):
             self.store = windows = ctx.window_store(name)
-            self.windowing = SlidingWindows(definition, aggregation, windows, final)
+            self.windowing = SlidingWindows(definition, aggregation, windows, final, changes=changes)
         else:
             self.store = windows = ctx.window_store(name)
-            self.windowing = FixedWindows(definition, aggregation, windows, final)
+            self.windowing = FixedWindows(
+                definition, aggregation, windows, final, changes=changes, every_records=every_records
+            )
         ctx.schedule(self.windowing.closes_every_ms, self._close_passed, "stream_time")
+        if every_ms is not None:
+            self.early_ticked = False
+            ctx.schedule(every_ms, self._send_changed_early, "stream_time")
 
     def process(self, record: Record, ctx: Context) -> None:
         timestamp = record.timestamp
@@ -105,6 +122,9 @@ class Aggregate(Processor):
         moved_to = timestamp if timestamp <= held else held
         stream_time = moved_to if moved_to > previous else previous
         late = self.windowing.add(key, value, timestamp, stream_time)
+        if self.sends_due:
+            for result in self.windowing.take_due():
+                self._send(result, ctx, early=True)
         if late is not None:
             ctx.count("late_records")
             if self.late_topic is not None:
@@ -124,8 +144,24 @@ class Aggregate(Processor):
                 self._send(result, ctx)
             store.advance(stream_time)
 
+    def _send_changed_early(self) -> None:
+        """Stream time crossed a multiple of `early.every_ms`: each window changed since the last time, if
+        still open, sent early. What stream time closed is sent first, as final results, and not early.
+        The task's first record brings the first call, though stream time came from nowhere and crossed
+        nothing: the windows it changed wait for the next multiple."""
+        self._close_passed()
+        if not self.early_ticked:
+            self.early_ticked = True
+            return
+        stream_time, definition = self.store.stream_time, self.definition
+        for result in self.windowing.take_updates():
+            if result.removed or stream_time < definition.close_time(Window(result.start, result.end)):
+                self._send(result, self.ctx, early=True)
+
     def flush(self, ctx: Context) -> None:
         """Emitting updates: each window changed since the last commit, once, with its latest result."""
+        if self.final:
+            return
         for result in self.windowing.take_updates() if self.counted is None else self.counted.take_updates():
             self._send(result, ctx)
 
@@ -135,11 +171,14 @@ class Aggregate(Processor):
             return _field(record, group_by)
         return [_field(record, name) for name in group_by]
 
-    def _send(self, result: WindowResult, ctx: Context) -> None:
+    def _send(self, result: WindowResult, ctx: Context, early: bool = False) -> None:
+        value: dict[str, Any]
         if result.removed:
             value = {"start": result.start, "end": result.end, "value": None, "removed": True}
         else:
             value = {"start": result.start, "end": result.end, "value": self.aggregation.result(result.aggregate)}
+        if early:
+            value["early"] = True
         ctx.send(self.output, value, key=result.key, timestamp=result.end - self.end_excluded)
 
 

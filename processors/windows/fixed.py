@@ -10,6 +10,7 @@ from typing import Any
 from processors.stores import WindowStore
 from processors.windows.aggregations import Aggregation
 from processors.windows.definitions import Hopping, Tumbling
+from processors.windows.early import EveryRecords
 from processors.windows.windowing import WindowResult, hashable
 
 _ABSENT = object()
@@ -20,12 +21,24 @@ class FixedWindows:
     """A window starting at `start` closes at `start + size + grace`, its definition's `close_time`. The
     one tumbling window that holds a record is found by arithmetic, without building the list of them."""
 
-    def __init__(self, windows: Tumbling | Hopping, aggregation: Aggregation, store: WindowStore, final: bool):
+    def __init__(
+        self,
+        windows: Tumbling | Hopping,
+        aggregation: Aggregation,
+        store: WindowStore,
+        final: bool,
+        *,
+        changes: bool = False,
+        every_records: EveryRecords | None = None,
+    ):
         self._windows = windows
-        self._aggregation = aggregation
+        self._aggregation = every_records or aggregation
         self._store = store
         self._final = final
+        self._tracks = not final or changes
         self._updates: dict[tuple[Hashable, int], tuple[Any, Any]] = {}
+        self._every_records = every_records
+        self._due: list[WindowResult] = []
         self._size = windows.size_ms
         self._lead = windows.size_ms + windows.grace_ms  # from a window's start to its close
         self._step = windows.advance_ms if isinstance(windows, Hopping) else windows.size_ms
@@ -55,7 +68,11 @@ class FixedWindows:
                 aggregate = aggregation.initial()
             aggregate = aggregation.add(aggregate, value, timestamp)
             store.put(key, start, aggregate)
-            if not self._final:
+            if self._every_records is not None and self._every_records.is_due(aggregate):
+                self._due.append(WindowResult(key, start, start + self._size, aggregate))
+                if self._tracks:  # sent now: unchanged since its last early result
+                    self._updates.pop((hashable(key), start), None)
+            elif self._tracks:
                 self._updates[(hashable(key), start)] = (key, aggregate)
         return None
 
@@ -89,3 +106,7 @@ class FixedWindows:
         ]
         self._updates.clear()
         return updates
+
+    def take_due(self) -> list[WindowResult]:
+        due, self._due = self._due, []
+        return due

@@ -144,6 +144,20 @@ def _describe(error: Exception) -> str:
     return str(error) if isinstance(error, ImportError) else f"{type(error).__name__}: {error}"
 
 
+class EarlyParams(_Strict):
+    """Early results, emitting final results: after every N records of a window, and for the windows
+    changed since their last early result when stream time crosses a multiple of `every_ms`."""
+
+    every_records: Annotated[int, Field(gt=0)] | None = None
+    every_ms: PositiveMs | None = None
+
+    @model_validator(mode="after")
+    def _one_at_least(self) -> EarlyParams:
+        if self.every_records is None and self.every_ms is None:
+            raise ValueError("early needs every_records, every_ms, or both")
+        return self
+
+
 class AggregateParams(_Strict):
     """See docs/windows.md for each field. When the app YAML is loaded, the validation context holds the
     processor's `outputs`, which `output` and `late_topic` must be among."""
@@ -156,6 +170,7 @@ class AggregateParams(_Strict):
     group_by: str | list[str] | None = None
     keyless: Keyless = "alone"
     emit: Literal["final", "updates"] = "final"
+    early: EarlyParams | None = None
     output: str
     late_topic: str | None = None
     store: str | None = Field(default=None, pattern=STORE_NAME)
@@ -207,6 +222,25 @@ class AggregateParams(_Strict):
             except ValueError as error:
                 raise ValueError(f"{name}: {error}") from None
         return aggregations
+
+    @field_validator("early")
+    @classmethod
+    def _early_final_results(cls, early: EarlyParams | None, info: ValidationInfo) -> EarlyParams | None:
+        if early is None:
+            return early
+        if info.data.get("emit") == "updates":
+            raise ValueError(
+                "early results are for emit: final; emit: updates sends each window's result at each commit"
+            )
+        window = info.data.get("window")
+        if window is not None and window.type == "count":
+            raise ValueError("count windows are sent as their last record comes, with nothing left to send early")
+        if early.every_records is not None and window is not None and window.type == "sliding":
+            raise ValueError(
+                "sliding windows are aggregated from their records when sent and count none per window: "
+                "give every_ms, not every_records"
+            )
+        return early
 
     _among_outputs = field_validator("output", "late_topic")(
         classmethod(lambda cls, topic, info: among_outputs(topic, info))

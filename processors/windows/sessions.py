@@ -19,15 +19,28 @@ from typing import Any
 from processors.stores import SessionStore
 from processors.windows.aggregations import Aggregation
 from processors.windows.definitions import Session, Window
+from processors.windows.early import EveryRecords
 from processors.windows.windowing import WindowResult, hashable
 
 
 class SessionWindows:
-    def __init__(self, sessions: Session, aggregation: Aggregation, store: SessionStore, final: bool):
+    def __init__(
+        self,
+        sessions: Session,
+        aggregation: Aggregation,
+        store: SessionStore,
+        final: bool,
+        *,
+        changes: bool = False,
+        every_records: EveryRecords | None = None,
+    ):
         self._sessions = sessions
-        self._aggregation = aggregation
+        self._aggregation = every_records or aggregation
         self._store = store
         self._final = final
+        self._tracks = not final or changes
+        self._every_records = every_records
+        self._due: list[WindowResult] = []
         self.closes_every_ms = 1  # a window closes a fixed time after a record's: at any millisecond
         self._updates: dict[tuple[Hashable, int, int], tuple[Any, Any]] = {}
         self._created: set[tuple[Hashable, int, int]] = set()  # since the last commit: never sent
@@ -51,15 +64,22 @@ class SessionWindows:
         for start, end, _ in joined:
             if (start, end) != session:  # a record inside a session leaves it where it is
                 store.delete(key, start, end)
-                if not self._final:
+                if self._tracks:
                     self._replaced(key, start, end)
         aggregate = aggregation.add(aggregate, value, timestamp)
         store.put(key, session.start, session.end, aggregate)
-        if not self._final:
+        due = self._every_records is not None and self._every_records.is_due(aggregate)
+        if due:
+            self._due.append(WindowResult(key, session.start, session.end, aggregate))
+        if self._tracks:
             updated = (hashable(key), session.start, session.end)
-            if all((start, end) != session for start, end, _ in joined):
-                self._created.add(updated)
-            self._updates[updated] = (key, aggregate)
+            if due:  # sent now: unchanged since, and announced removed if it merges later
+                self._updates.pop(updated, None)
+                self._created.discard(updated)
+            else:
+                if all((start, end) != session for start, end, _ in joined):
+                    self._created.add(updated)
+                self._updates[updated] = (key, aggregate)
         return None
 
     def _replaced(self, key: Any, start: int, end: int) -> None:
@@ -92,3 +112,7 @@ class SessionWindows:
         self._created.clear()
         self._removed.clear()
         return removed + updates
+
+    def take_due(self) -> list[WindowResult]:
+        due, self._due = self._due, []
+        return due

@@ -25,11 +25,14 @@ _PENDING = object()  # a changed window not aggregated yet
 
 
 class SlidingWindows:
-    def __init__(self, windows: Sliding, aggregation: Aggregation, store: WindowStore, final: bool):
+    def __init__(
+        self, windows: Sliding, aggregation: Aggregation, store: WindowStore, final: bool, *, changes: bool = False
+    ):
         self._windows = windows
         self._aggregation = aggregation
         self._store = store
         self._final = final
+        self._tracks = not final or changes
         self.closes_every_ms = 1  # a window closes a fixed time after a record's: at any millisecond
         # Emitting updates: the windows changed since the last commit, as (key, aggregate) once aggregated
         # (else _PENDING), and the ones still pending by close time.
@@ -45,7 +48,7 @@ class SlidingWindows:
         values = self._store.get(key, timestamp) or []
         values.append(value)
         self._store.put(key, timestamp, values)
-        if not self._final:
+        if self._tracks:
             self._changed(key, timestamp, stream_time)
         return None
 
@@ -112,6 +115,10 @@ class SlidingWindows:
         self._updates.clear()
         self._closing.clear()
         return updates
+
+    def take_due(self) -> list[WindowResult]:
+        """Sliding windows keep no aggregate, so no count of records: `every_records` is refused at load."""
+        return []
 
     def _aggregate(self, key: Any, start: int) -> tuple[Any] | None:
         """The aggregate of the records in `[start, start + d]`, in timestamp order; None when it holds none."""

@@ -38,7 +38,13 @@ class Windowing(Protocol):
         ...
 
     def take_updates(self) -> list[WindowResult]:
-        """Emitting updates: the latest result of every window changed since the last call."""
+        """Emitting updates, or told to track changes: the latest result of every window changed since the
+        last call (emitting final results, a window among them may have closed since)."""
+        ...
+
+    def take_due(self) -> list[WindowResult]:
+        """Given `EveryRecords`: the windows whose N-th record since their last early result came since the
+        last call, with their aggregates."""
         ...
 
 

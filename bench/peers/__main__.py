@@ -22,9 +22,9 @@ from bench.broker import create_topics, delete_topics, kafka
 from bench.data import fill_topic
 from bench.peers.inputs import Input
 from bench.peers.measure import Outcome, measure
-from bench.peers.peers import Peer, Run, all_peers
-from bench.peers.report import MB, summarize
-from bench.peers.workloads import WINDOW, WORKLOADS, Workload, expected_outputs
+from bench.peers.peers import Peer, Run, all_peers, reason_to_skip
+from bench.peers.report import MB, summarize, variant_ratios
+from bench.peers.workloads import WINDOW_KINDS, WORKLOADS, Workload, expected_outputs
 from bench.stats import run_directory, write_result
 from runtime.devkafka import kafka_version
 
@@ -83,7 +83,7 @@ def rounds(
             for workload in workloads:
                 print(f"round {number}/{count}, {workload.name} ({outputs[workload.name]:,} outputs):")
                 for peer in order:
-                    note = peer.skips(workload)
+                    note = reason_to_skip(peer, workload)
                     if note is not None:
                         skipped.setdefault(workload.name, {})[peer.name] = note
                         print(f"  {peer.name:14}skipped: {note}")
@@ -118,7 +118,7 @@ def main() -> None:
     versions = {peer.name: peer.version() for peer in peers}
     print("peers: " + "; ".join(f"{name} ({version})" for name, version in versions.items()))
     source = Input.now(args.records, args.keys, args.partitions)
-    if any(workload.kind == WINDOW for workload in workloads) and not source.last_window_holds_every_key():
+    if any(workload.kind in WINDOW_KINDS for workload in workloads) and not source.last_window_holds_every_key():
         print("note: the last window lacks some keys, so closing windows by key or by partition differs there")
     with kafka(args.bootstrap) as bootstrap:
         outcomes, skipped = rounds(peers, workloads, source, bootstrap, args.rounds, workdir)
@@ -140,6 +140,8 @@ def main() -> None:
         "runs": [{**asdict(outcome), "rate": outcome.rate, "cpu_rate": outcome.cpu_rate} for outcome in outcomes],
         "seconds": time.perf_counter() - started,
     }
+    for line in variant_ratios(result["summary"], {workload.name: asdict(workload) for workload in workloads}):
+        print(line)
     path = write_result(workdir, "peers", result)
     print(f"result: {path.relative_to(REPO_ROOT)} ({result['seconds'] / 60:.1f} min in all)")
     print(f"tables: python -m bench.peers.report {path.relative_to(REPO_ROOT)} [--write docs/performance.md]")

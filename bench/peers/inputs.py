@@ -75,6 +75,24 @@ class Input:
                 counts[make_key(slot, self.keys), start] += 1
         return dict(counts)
 
+    @cached_property
+    def closed_window_id_sums(self) -> dict[tuple[str, int], int]:
+        """The sum of the records' `id` (their index) in each window of `closed_windows`."""
+        closed = self.closed_windows
+        sums: Counter[tuple[str, int]] = Counter()
+        for index in range(self.records):
+            window = (make_key(index % self.keys, self.keys), self.window_start(index))
+            if window in closed:
+                sums[window] += index
+        return dict(sums)
+
+    @cached_property
+    def window_counts(self) -> dict[tuple[str, int], int]:
+        """The count of each (key, window start), closed by the end of the input or not."""
+        return dict(
+            Counter((make_key(index % self.keys, self.keys), self.window_start(index)) for index in range(self.records))
+        )
+
     def last_window_holds_every_key(self) -> bool:
         rest = self.records % self.records_per_window
         return rest == 0 or rest >= self.keys

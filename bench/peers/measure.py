@@ -12,7 +12,7 @@ from bench.broker import create_topics, delete_topics, topic_names
 from bench.peers.inputs import Input
 from bench.peers.outputs import VisibleOutputs, read_back
 from bench.peers.peers import Peer, Run
-from bench.peers.workloads import WINDOW, Check, Workload, output_check
+from bench.peers.workloads import WINDOW_EARLY, WINDOW_KINDS, Check, Workload, output_check
 
 # The stateless and count jobs write one output per input: their steady rate is that of the outputs
 # between these two fractions of the final count.
@@ -92,11 +92,12 @@ def measure(peer: Peer, run: Run, round_number: int) -> Outcome:
 def steady_rate(workload: Workload, source: Input, visible: VisibleOutputs) -> float | None:
     """Input records per second while the peer is in full swing, start-up and shutdown left out.
 
-    One output per input: the outputs between 10% and 90% of the final count. The window job writes
-    its results in bursts, when windows close: the input between the first burst and the last (the
-    windows after the first, but the last, which stays open) over the time between them.
+    One output per input: the outputs between 10% and 90% of the final count (so too with early
+    results, one per input record). The window job writes its results in bursts, when windows close: the
+    input between the first burst and the last (the windows after the first, but the last, which stays
+    open) over the time between them.
     """
-    if workload.kind == WINDOW:
+    if workload.kind in WINDOW_KINDS and workload.kind != WINDOW_EARLY:
         first, last = visible.first_at_least(1), visible.first_at_least(visible.final)
         inputs = (source.windows() - 2) * source.records_per_window
     else:

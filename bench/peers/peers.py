@@ -18,7 +18,7 @@ from bench.data import BATCH_BYTES
 from bench.peers import environments
 from bench.peers.inputs import Input
 from bench.peers.peer_args import AWAIT_IN_FLIGHT, AWAIT_MS, SETTINGS_PREFIX
-from bench.peers.workloads import AWAIT, COUNT, TRANSFORM, WINDOW, Workload
+from bench.peers.workloads import AWAIT, COUNT, TRANSFORM, WINDOW, WINDOW_AGGREGATIONS, WINDOW_EARLY, Workload
 from bench.regression import git
 from bench.stateful import count_store
 from bench.windows import WINDOW_STORE, WINDOWS, window_count
@@ -107,6 +107,21 @@ RUNTIME_APPS: dict[str, RuntimeApp] = {
     TRANSFORM: RuntimeApp("bench.processors:Transform", "transform"),
     COUNT: RuntimeApp("bench.processors:CountPerKey", "count", count_store("rocksdb")),
     WINDOW: RuntimeApp("processors.windows:Aggregate", WINDOW_STORE, params=window_count(WINDOWS["tumbling"])),
+    WINDOW_AGGREGATIONS: RuntimeApp(
+        "processors.windows:Aggregate",
+        WINDOW_STORE,
+        params={
+            "window": WINDOWS["tumbling"],
+            "aggregations": {"n": {"type": "count"}, "total": {"type": "sum", "field": "id"}},
+            "emit": "final",
+        },
+    ),
+    # The input holds each key twice a window: after each record of it, so two early results a window.
+    WINDOW_EARLY: RuntimeApp(
+        "processors.windows:Aggregate",
+        WINDOW_STORE,
+        params={**window_count(WINDOWS["tumbling"]), "early": {"every_records": 1}},
+    ),
     AWAIT: RuntimeApp(
         "bench.processors:Lookup",
         "lookup",
@@ -239,6 +254,13 @@ class KafkaStreams(Peer):
         if not self._command:
             raise RuntimeError(f"{self.name} is not prepared")
         return LoggedProcess([*self._command, *run.app_arguments()], run.log_path, REPO_ROOT, child_environment())
+
+
+def reason_to_skip(peer: Peer, workload: Workload) -> str | None:
+    """Why `peer` does not run `workload`: a variant of this runtime's own jobs is for this runtime alone."""
+    if workload.compared_with is not None and peer.name != Runtime.name:
+        return f"a variant of this runtime's {workload.compared_with} job, measured against it"
+    return peer.skips(workload)
 
 
 def child_environment() -> dict[str, str]:

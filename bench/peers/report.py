@@ -58,6 +58,33 @@ def ratio(figures: dict[str, dict[str, Any]], peer: str, field: str) -> float | 
     return mine / theirs if mine and theirs else None
 
 
+def variant_ratios(summary: dict[str, dict[str, dict[str, Any]]], workloads: dict[str, dict[str, Any]]) -> list[str]:
+    """Each variant of a job of this runtime's (`compared_with`) against that job in the same run: its
+    figure over the job's, wall clock to last output and per CPU second."""
+    lines = []
+    for name, workload in workloads.items():
+        baseline = workload.get("compared_with")
+        mine, theirs = summary.get(name, {}).get(RUNTIME, {}), summary.get(baseline or "", {}).get(RUNTIME, {})
+        if baseline is None or not mine or not theirs:
+            continue
+        wall, cpu = (
+            mine[field] / theirs[field] if mine[field] and theirs[field] else None for field in ("rate", "cpu_rate")
+        )
+        lines.append(
+            f"| {name} | {baseline} | {number(mine['rate'])} | {number(theirs['rate'])} | {ratio_cell(wall, cpu)} |"
+        )
+    if not lines:
+        return []
+    return [
+        "This runtime's variants of a job over that job, in the same run (records/s to last output; the ratios "
+        "are wall clock | per CPU second):",
+        "",
+        "| variant | job | variant records/s | job records/s | variant over job |",
+        "|---|---|---:|---:|---:|",
+        *lines,
+    ]
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The tables for docs/performance.md: figures per workload and peer, then the runtime's ratios."""
     peers: list[str] = result["peers"]
@@ -85,7 +112,8 @@ def markdown(result: dict[str, Any]) -> str:
     for workload, figures in result["summary"].items():
         cells = [ratio_cell(ratio(figures, peer, "rate"), ratio(figures, peer, "cpu_rate")) for peer in others]
         lines.append(f"| {workload} | " + " | ".join(cells) + " |")
-    return "\n".join([*lines, "", *setup(result)])
+    variants = variant_ratios(result["summary"], result["workloads"])
+    return "\n".join([*lines, "", *([*variants, ""] if variants else []), *setup(result)])
 
 
 def setup(result: dict[str, Any]) -> list[str]:

@@ -15,6 +15,10 @@ from bench.peers.peer_args import AWAIT_MS
 TRANSFORM = "transform"
 COUNT = "count"
 WINDOW = "window"
+# Variants of the window job that only this runtime runs, each measured against its `window` job.
+WINDOW_AGGREGATIONS = "window-aggregations"  # the count and the sum of the records' `id`, in one window
+WINDOW_EARLY = "window-early"  # the count, and its result early after each record of a window
+WINDOW_KINDS = frozenset({WINDOW, WINDOW_AGGREGATIONS, WINDOW_EARLY})
 AWAIT = "await"  # the stateless job after awaiting `AWAIT_MS` per record, many records in flight
 
 
@@ -26,6 +30,7 @@ class Workload:
     kind: str
     guarantee: str
     summary: str
+    compared_with: str | None = None  # a workload of this runtime's that this one varies, and that alone runs it
 
 
 WORKLOADS = (
@@ -34,6 +39,21 @@ WORKLOADS = (
     Workload("stateless-eos", TRANSFORM, "exactly_once", "the stateless job under exactly-once"),
     Workload("window", WINDOW, "at_least_once", "1-minute tumbling count per key, one final result per window"),
     Workload("await", AWAIT, "at_least_once", f"await {AWAIT_MS} ms per record, then the stateless job"),
+    Workload(
+        "window-2-aggregations",
+        WINDOW_AGGREGATIONS,
+        "at_least_once",
+        "the window job with two aggregations, the count and the sum of a field (this runtime only)",
+        compared_with="window",
+    ),
+    Workload(
+        "window-early",
+        WINDOW_EARLY,
+        "at_least_once",
+        "the window job with early results after every record of a window, 2 of each key's windows, then the "
+        "final one (this runtime only)",
+        compared_with="window",
+    ),
 )
 
 
@@ -46,8 +66,11 @@ class Check:
 
 
 def expected_outputs(workload: Workload, source: Input) -> int:
-    """How many records a correct peer writes: one per input record, or one per closed window."""
-    return len(source.closed_windows) if workload.kind == WINDOW else source.records
+    """How many records a correct peer writes: one per input record, or one per closed window (and with
+    early results, one per record besides)."""
+    if workload.kind == WINDOW_EARLY:
+        return len(source.closed_windows) + source.records
+    return len(source.closed_windows) if workload.kind in WINDOW_KINDS else source.records
 
 
 class OutputCheck(ABC):
@@ -66,6 +89,10 @@ def output_check(workload: Workload, source: Input) -> OutputCheck:
         return TransformCheck(source)
     if workload.kind == COUNT:
         return CountCheck(source)
+    if workload.kind == WINDOW_AGGREGATIONS:
+        return AggregationsCheck(source)
+    if workload.kind == WINDOW_EARLY:
+        return EarlyCheck(source)
     return WindowCheck(source)
 
 
@@ -135,6 +162,51 @@ class WindowCheck(OutputCheck):
         missing = sum(1 for window in self._expected if window not in self._emitted)
         duplicates = sum(times - 1 for times in self._emitted.values())
         return verdict(missing=missing, duplicates=duplicates, wrong=self._wrong)
+
+
+class AggregationsCheck(WindowCheck):
+    """As the window job's, each result holding the count (`n`) and the sum of the window's records' ids
+    (`total`)."""
+
+    def __init__(self, source: Input) -> None:
+        super().__init__(source)
+        self._totals = source.closed_window_id_sums
+
+    def add(self, key: str, value: Any) -> None:
+        window = (key, int(value["start"]))
+        self._emitted[window] += 1
+        result = value["value"]
+        self._wrong += (self._expected.get(window), self._totals.get(window)) != (result["n"], result["total"])
+
+
+class EarlyCheck(OutputCheck):
+    """Every window's early results count 1, 2, ... up to its records, each once, marked early (the last
+    window's too, though it stays open); then its final result, as the window job's."""
+
+    def __init__(self, source: Input) -> None:
+        self._finals = WindowCheck(source)
+        self._records = source.window_counts
+        self._early: defaultdict[tuple[str, int], Counter[int]] = defaultdict(Counter)
+
+    def add(self, key: str, value: Any) -> None:
+        if value.get("early") is True:
+            self._early[(key, int(value["start"]))][value["value"]] += 1
+        else:
+            self._finals.add(key, value)
+
+    def result(self) -> Check:
+        finals = self._finals.result()
+        missing = duplicates = wrong = 0
+        for window, records in self._records.items():
+            counted = self._early.get(window, Counter())
+            missing += sum(1 for count in range(1, records + 1) if count not in counted)
+            duplicates += sum(times - 1 for times in counted.values())
+            wrong += sum(times for count, times in counted.items() if not 1 <= count <= records)
+        wrong += sum(sum(counted.values()) for window, counted in self._early.items() if window not in self._records)
+        early = verdict(missing=missing, duplicates=duplicates, wrong=wrong)
+        if early.ok:
+            return finals
+        return Check(False, f"early results: {early.detail}; final results: {finals.detail}")
 
 
 def verdict(**differences: int) -> Check:

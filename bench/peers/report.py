@@ -110,6 +110,8 @@ def markdown(result: dict[str, Any]) -> str:
     others = [peer for peer in peers if peer != RUNTIME]
     lines += ["| workload | " + " | ".join(others) + " |", "|---|" + "---:|" * len(others)]
     for workload, figures in result["summary"].items():
+        if result["workloads"].get(workload, {}).get("compared_with"):  # the runtime's alone: below
+            continue
         cells = [ratio_cell(ratio(figures, peer, "rate"), ratio(figures, peer, "cpu_rate")) for peer in others]
         lines.append(f"| {workload} | " + " | ".join(cells) + " |")
     variants = variant_ratios(result["summary"], result["workloads"])

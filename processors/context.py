@@ -39,7 +39,9 @@ class Context(ABC):
         """The largest timestamp (epoch ms) among the records this task processed, the current one
         included; -1 before the first. A record older than it leaves it as it is. Records processed
         again after an aborted transaction see the stream time they saw the first time; a task that
-        starts (after a restart, or on another worker) starts from -1."""
+        starts (after a restart, or on another worker) starts from -1. A task reading a repartition topic
+        (`repartition:`) holds it at the least stream time of the tasks writing the topic (docs/joins.md,
+        "Event time across the repartition topic"), so it may stay below the current record's."""
 
     @abstractmethod
     def send(

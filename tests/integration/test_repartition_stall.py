@@ -34,8 +34,7 @@ PARTITIONS = 2
 FEED_S, KILL_AFTER_S, PER_TICK, TICK_S = 12.0, 2.5, 20, 0.05
 
 
-def app(topic_name: TopicNamer, tmp_path: Path, bootstrap: str) -> dict[str, Any]:
-    views, totals, late = topic_name("views"), topic_name("per-region"), topic_name("late")
+def app(topic_name: TopicNamer, tmp_path: Path, bootstrap: str, views: str, totals: str, late: str) -> dict[str, Any]:
     topic = {"partitions": PARTITIONS, "key_serde": "str", "value_serde": "json"}
     return {
         "app_id": topic_name("app"),
@@ -99,9 +98,8 @@ async def feed(bootstrap: str, topic: str, kill: Any) -> Counter[tuple[str, int]
 async def test_a_worker_killed_mid_feed_makes_no_view_late_after_a_re_key(
     kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
 ) -> None:
-    spec = app(topic_name, tmp_path, kafka_bootstrap)
-    views, totals, late = spec["processors"][0]["inputs"][0], *spec["processors"][0]["outputs"]
-    path = write_app(tmp_path, spec)
+    views, totals, late = topic_name("views"), topic_name("per-region"), topic_name("late")
+    path = write_app(tmp_path, app(topic_name, tmp_path, kafka_bootstrap, views, totals, late))
     logs = [tmp_path / "w0.log", tmp_path / "w1.log"]
     workers = [spawn_worker(path, log=log) for log in logs]
     await until(lambda: all("assigned" in read_log(log) for log in logs), "both workers have tasks", timeout=90)

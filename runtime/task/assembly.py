@@ -63,7 +63,7 @@ def assemble_task(
         spec.concurrency,
         progress_of(config, spec, outputs),
     )
-    task.stamps = stamps_of(config, spec, task_id.partition, outputs, services.clock)
+    task.stamps = stamps_of(config, spec, task_id.partition, outputs, services.clock, end_offsets is not None)
     return task
 
 

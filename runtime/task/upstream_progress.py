@@ -122,20 +122,21 @@ class UpstreamProgress:
 class ProgressStamps:
     """Step 1, for one task writing to repartition topics: `topics` maps each to its partition count."""
 
-    def __init__(self, task: int, topics: Mapping[str, int], clock: Clock, stale_after_ms: int):
+    def __init__(self, task: int, topics: Mapping[str, int], clock: Clock, refresh_ms: int | None):
         self._task = task
         self._topics = dict(topics)
         self._clock = clock
-        self._refresh_ms = stale_after_ms // STALE_COMMITS
+        self._refresh_ms = refresh_ms
         self._last: Stamp | None = None
 
     def stamp(self, outputs: Outputs, stream_time: int, caught_up: bool) -> None:
-        """Sent after the task's outputs when its progress changed, and a third of `stale_after_ms` after the
-        last one when it did not, so that a caught-up task stays fresh. Its timestamp is the stream time, so a
-        reading task that orders its inputs by time (a table beside) meets it in its place."""
+        """Sent after the task's outputs when its progress changed, and `refresh_ms` after the last one when it
+        did not, so that a caught-up task stays fresh (None: never, in a bounded run, which stops once caught
+        up, and whose check that its inputs stopped growing would wait for each refresh). Its timestamp is the
+        stream time, so a reading task that orders its inputs by time (a table beside) meets it in its place."""
         now, last = self._clock.epoch_ms(), self._last
         unchanged = last is not None and (last.time, last.caught_up) == (stream_time, caught_up)
-        if unchanged and last is not None and now - last.at < self._refresh_ms:
+        if unchanged and last is not None and (self._refresh_ms is None or now - last.at < self._refresh_ms):
             return
         self._last = stamp = Stamp(self._task, stream_time, caught_up, now)
         value = stamp.encode()
@@ -146,12 +147,16 @@ class ProgressStamps:
 
 
 def stamps_of(
-    config: AppConfig, spec: ProcessorConfig, partition: int, outputs: Outputs, clock: Clock
+    config: AppConfig, spec: ProcessorConfig, partition: int, outputs: Outputs, clock: Clock, bounded: bool
 ) -> ProgressStamps | None:
-    """The stamps of a task of `spec`, if it writes to repartition topics."""
+    """The stamps of a task of `spec`, if it writes to repartition topics; refreshed a third of the stale time
+    after the last, unless the run is `bounded`."""
     repartition = set(config.repartition_topics())
     topics = {topic: outputs.partitions(topic) for topic in spec.outputs if topic in repartition}
-    return ProgressStamps(partition, topics, clock, stale_after_ms(config.commit_interval_s)) if topics else None
+    if not topics:
+        return None
+    refresh_ms = None if bounded else stale_after_ms(config.commit_interval_s) // STALE_COMMITS
+    return ProgressStamps(partition, topics, clock, refresh_ms)
 
 
 def progress_of(config: AppConfig, spec: ProcessorConfig, outputs: Outputs) -> UpstreamProgress | None:

@@ -81,5 +81,5 @@ async def test_records_reach_the_task_of_their_new_key_and_the_topic_is_purged_o
     assert len({msgpack.unpackb(record.value)["src"][0] for record in outputs}) > 1, "several tasks took part"
 
     ends, starts = await ends_and_starts(kafka_bootstrap, repartition, 4)
-    assert sum(ends.values()) == 3_000
+    assert sum(ends.values()) > 3_000, "every payment re-keyed, and the progress the stage stamped"
     assert starts == ends, "everything the group committed past was deleted from the repartition topic"

@@ -81,7 +81,7 @@ class Appended:
 
 def test_a_task_stamps_every_partition_when_its_progress_changes_and_again_before_it_would_go_stale() -> None:
     clock, outputs = Clock(), Appended()
-    stamps = ProgressStamps(3, {"app-agg-repartition": 2}, clock, stale_after_ms=STALE_MS)
+    stamps = ProgressStamps(3, {"app-agg-repartition": 2}, clock, refresh_ms=STALE_MS // 3)
     stamps.stamp(outputs, 500, caught_up=False)  # type: ignore[arg-type]
     assert [(topic, partition) for topic, partition, *_ in outputs.records] == [
         ("app-agg-repartition", 0),
@@ -137,3 +137,13 @@ def test_windows_after_a_repartition_wait_for_a_stalled_upstream_task(app_driver
     driver.pipe("views", {"region": "eu"}, late, timestamp=160)  # the stalled task's, then its stamp: caught up
     assert [(r.value["start"], r.value["value"]) for r in driver.read("per-region")] == [(100, 2), (200, 1)]
     assert driver.count("count", "late_records") == 0
+
+
+def test_a_bounded_run_stamps_only_progress() -> None:
+    """`--until-caught-up` stops once its inputs stop growing: a refresh would keep one of them growing."""
+    clock, outputs = Clock(), Appended()
+    stamps = ProgressStamps(0, {"app-agg-repartition": 1}, clock, refresh_ms=None)
+    stamps.stamp(outputs, 500, caught_up=True)  # type: ignore[arg-type]
+    clock.now += 60_000
+    stamps.stamp(outputs, 500, caught_up=True)  # type: ignore[arg-type]
+    assert len(outputs.records) == 1

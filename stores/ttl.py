@@ -38,8 +38,10 @@ from stores.serdes import resolve_serde
 from stores.store import BufferedKeyValueStore
 
 EXPIRE_STEP = 10_000
-"""Expired entries deleted per store and commit: the rest follow at the next commits, hidden from reads
-meanwhile (and after a restore, as the committed stream time hides them too)."""
+"""Expired entries deleted per store and commit, or twice the puts since the last commit when that is more
+(a store taking more new keys than this per commit would otherwise pile expired ones up): the rest follow
+at the next commits, hidden from reads meanwhile (and after a restore, as the committed stream time hides
+them too)."""
 
 _ENTRIES_END = prefix_end(TTL_ENTRY)
 _EXPIRY_SIZE = STREAM_TIME.size
@@ -79,6 +81,7 @@ class TtlView:
         self._stored_time = -1
         self._written_time = -1
         self._expired_below = MIN_TIME
+        self._puts = 0  # since the last `expire`
 
     @property
     def name(self) -> str:
@@ -107,6 +110,7 @@ class TtlView:
     def put(self, key: Any, value: Any, ttl_ms: int | None = None) -> None:
         """Write `key`, to expire when stream time reaches the stream time now plus `ttl_ms` (the store's
         `ttl_ms` when None). A put of a key replaces its expiry as well as its value."""
+        self._puts += 1
         ttl = self._ttl if ttl_ms is None else _checked_ttl(self.name, ttl_ms)
         expiry = min(self.stream_time + ttl, MAX_TIME)
         key_bytes = self._keys.serialize(key)
@@ -144,9 +148,13 @@ class TtlView:
         deleted, and writes not yet committed, are not told apart."""
         return self._store.approximate_count() // 2
 
-    def expire(self, limit: int = EXPIRE_STEP) -> int:
-        """Delete up to `limit` expired entries, in expiry order (the engine calls this at each commit,
-        before it takes the store's changes for the changelog). Returns how many it deleted."""
+    def expire(self, limit: int | None = None) -> int:
+        """Delete up to `limit` expired entries (`EXPIRE_STEP`'s rule by default), in expiry order (the engine
+        calls this at each commit, before it takes the store's changes for the changelog). Returns how many
+        it deleted."""
+        if limit is None:
+            limit = max(EXPIRE_STEP, 2 * self._puts)
+        self._puts = 0
         now = self.stream_time
         bounds = time_range(TTL_INDEX, self._expired_below, now)
         if bounds is None:

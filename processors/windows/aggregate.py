@@ -29,8 +29,9 @@ class Aggregate(Processor):
     whose group key is null is dropped and counted (`keyless_records`), as in Kafka Streams, unless
     `params.keyless` is `one_key`.
 
-    The stream time is the store's (`advance`d by each record's timestamp), so it is committed, logged
-    and restored with the windows it closed. A stream-time punctuation closes the windows the task's
+    The stream time is the store's (`advance`d by each record's timestamp, or by the task's stream time where
+    a repartition's upstream progress holds that back), so it is committed, logged and restored with the
+    windows it closed. A stream-time punctuation closes the windows the task's
     stream time passed without a record of this processor (the test kit's `advance_stream_time`, a record
     that failed); when records flow, each one already closed them, and it finds nothing. A late record is
     counted (`late_records`) and dropped, or sent to `params.late_topic` as it came, with headers saying

@@ -3,7 +3,7 @@ records pass, because ids older than that leave it as stream time moves on.
 
 `python -m bench.dedup_soak [--records 3000000] [--window-ms 60000] [--every 250000]`
 
-Through the test kit's driver (no broker: the processor, its RocksDB window store and its changelog are the
+Through the test kit's driver (no broker: the processor, its RocksDB store with a TTL and its changelog are the
 runtime's own): one partition, every record a new id, a millisecond apart, so a window holds `--window-ms`
 ids. Every `--every` records it prints the ids the store holds. (Not the process's memory: the driver keeps
 every record of its topics, as a broker would, so that grows with the run whatever the store does.)
@@ -36,11 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     samples: list[dict[str, Any]] = []
     start = 1_790_000_000_000
     with tempfile.TemporaryDirectory() as state, AppDriver(app, state_dir=Path(state)) as driver:
-        seen = driver.window_store("dedup-seen")
+        seen = driver.store("dedup-seen")
         for done in range(0, args.records, args.every):
             batch = range(done, min(done + args.every, args.records))
             driver.pipe_bytes_all("events", ((f"id-{n}".encode(), b"\x80", start + n) for n in batch))
-            held = sum(1 for _ in seen.fetch_all(0, start + args.records))
+            held = sum(1 for _ in seen.range())
             samples.append({"records": batch.stop, "ids_held": held})
             print(f"{batch.stop:>10,} records: {held:>8,} ids held", flush=True)
     print(f"figures in {write_result(run_directory('dedup-soak'), 'result.json', {'samples': samples})}")

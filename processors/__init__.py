@@ -7,7 +7,7 @@ from processors.merge import MergeProcessor
 from processors.processor import Processor
 from processors.record import Record
 from processors.serdes import Serde
-from processors.stores import KeyValueStore, ReadOnlyStore, SessionStore, Table, WindowStore
+from processors.stores import KeyValueStore, ReadOnlyStore, SessionStore, Table, TtlStore, WindowStore
 
 __all__ = [
     "Context",
@@ -21,5 +21,6 @@ __all__ = [
     "SessionStore",
     "StopWorker",
     "Table",
+    "TtlStore",
     "WindowStore",
 ]

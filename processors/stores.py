@@ -7,7 +7,7 @@ classes: the runtime's stores satisfy them, and so does any fake with the same m
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 class ReadOnlyStore(Protocol):
@@ -72,6 +72,21 @@ class KeyValueStore(ReadOnlyStore, Protocol):
         ...
 
     def delete(self, key: Any) -> None: ...
+
+
+@runtime_checkable
+class TtlStore(KeyValueStore, Protocol):
+    """A key-value store with `ttl_ms` (`ctx.store(name)` gives one for such a store): the stream time its
+    expiry goes by is the task's, or the one the store was committed with when that is later (a task that
+    has just started on a restored store)."""
+
+    @property
+    def stream_time(self) -> int: ...
+
+    @property
+    def ttl_ms(self) -> int:
+        """The TTL of a `put` that names none."""
+        ...
 
 
 class WindowStore(Protocol):

@@ -3,13 +3,15 @@ the others go on to `output` as they came.
 
 Replays, rebalances and at-least-once producers (seeds 003 and 004) deliver some records twice; this is
 the step that makes them once. Two records are duplicates when their ids are equal and their times at
-most `window_ms` apart, whichever came first. The seen ids live in a window store with a changelog (RocksDB by
-default), each under its id and its record's time. An id is remembered until stream time passes its time plus
-twice `window_ms`: so a record up to `window_ms` behind stream time finds every id within `window_ms` of
-it, whatever other ids moved stream time. A record further behind is late: some ids it may repeat are
-forgotten, so it is counted (`late_records`) and dropped, or sent to `late_topic`, rather than let through
-as new. Under exactly-once the store, its changelog and the outputs commit together, so a crash neither
-forgets an id nor lets a record through twice.
+most `window_ms` apart, whichever came first. The seen ids live in a key-value store with a TTL and a
+changelog (RocksDB by default, stores/ttl.py): each id holds the times it was seen, and lives until stream
+time passes the latest of them plus twice `window_ms`. So a record up to `window_ms` behind stream time
+finds every time of its id within `window_ms` of it, whatever other ids moved stream time, and the store
+holds two windows' worth of ids, however long the app runs. A record further behind is late: some ids it
+may repeat are forgotten, so it is counted (`late_records`) and dropped, or sent to `late_topic`, rather
+than let through as new. Under exactly-once the store, its changelog (expired ids leave it as tombstones at
+the commit that expired them) and the outputs commit together, so a crash neither forgets an id nor lets a
+record through twice.
 
 The id is the record's `key`, a field of its value (`value.order_id`), or `value_hash`: a hash of the
 whole value (a 16-byte BLAKE2b of its msgpack encoding), for records that carry no id of their own. A
@@ -32,6 +34,7 @@ from processors.keyless import NullId
 from processors.params import among_outputs
 from processors.processor import Processor
 from processors.record import Record
+from processors.stores import TtlStore
 from processors.windows.late import late_headers
 
 DUPLICATES = "duplicates"  # ctx.count name: a record dropped as a duplicate
@@ -86,25 +89,26 @@ class Deduplicate(Processor):
 
     @classmethod
     def stores_for(cls, params: Any, name: str) -> dict[str, dict[str, Any]]:
-        """Ids by their record's time, kept two windows of stream time: an on-time record, up to a window
-        behind stream time, looks a window further back."""
-        return {params.store_name(name): {"kind": "window", "retention_ms": 2 * params.window_ms}}
+        """Each id's times, kept until stream time passes the latest plus two windows: an on-time record, up
+        to a window behind stream time, looks a window further back."""
+        return {params.store_name(name): {"kind": "key_value", "ttl_ms": 2 * params.window_ms}}
 
     def init(self, ctx: Context) -> None:
         params = self.Params.model_validate(ctx.params)
         self.output, self.late_topic, self.window_ms = params.output, params.late_topic, params.window_ms
         self.id_of, self.null_id_alone = id_reader(params.id), params.null_id == "alone"
-        self.seen = ctx.window_store(params.store_name(ctx.processor_name))
-        self.ctx = ctx
-        ctx.schedule(self.window_ms, self._forget_passed, "stream_time")
+        name = params.store_name(ctx.processor_name)
+        seen = ctx.store(name)
+        if not isinstance(seen, TtlStore):
+            raise ValueError(f"store '{name}' has no ttl_ms: Deduplicate forgets its ids by it")
+        self.seen = seen
 
     def process(self, record: Record, ctx: Context) -> None:
         found, timestamp, window = self.id_of(record), record.timestamp, self.window_ms
         if found is None and self.null_id_alone:
             ctx.send(self.output, record.value, key=record.key, headers=record.headers)
             return
-        held = ctx.stream_time  # at least the record's, unless a repartition's upstream progress holds it
-        stream_time = self.seen.advance(timestamp if timestamp <= held else held)
+        stream_time = self.seen.stream_time  # what its ids expire by
         if timestamp < stream_time - window:  # some ids it may repeat are forgotten
             ctx.count(LATE)
             if self.late_topic is not None:
@@ -112,17 +116,13 @@ class Deduplicate(Processor):
                 headers = late_headers(record, reason, stream_time)
                 ctx.send(self.late_topic, record.value, key=record.key, headers=headers)
             return
-        for _, seen_at in self.seen.fetch(found, timestamp - window, timestamp + window):
-            # Before it, or after it when records come out of order. (An entry written by an earlier version,
-            # under the start of its bucket of window_ms, starts before its time: the time is its value.)
-            if abs(timestamp - seen_at) <= window:
-                ctx.count(DUPLICATES)
-                return
-        self.seen.put(found, timestamp, timestamp)
+        seen: list[int] = self.seen.get(found) or []
+        # Before it, or after it when records come out of order.
+        if any(abs(timestamp - seen_at) <= window for seen_at in seen):
+            ctx.count(DUPLICATES)
+            return
+        forgotten_below = stream_time - 2 * window  # no on-time record looks back that far
+        times = sorted([seen_at for seen_at in seen if seen_at >= forgotten_below] + [timestamp])
+        # Lives until stream time passes its latest time plus two windows (more than a window from now).
+        self.seen.put(found, times, ttl_ms=times[-1] + 2 * window + 1 - stream_time)
         ctx.send(self.output, record.value, key=record.key, headers=record.headers)
-
-    def _forget_passed(self) -> None:
-        """A stream-time punctuation, once a window's worth of stream time: the ids the task's stream time
-        passed with no record here (the test kit's `advance_stream_time`) leave the store, as a record's
-        time would make them leave."""
-        self.seen.advance(self.ctx.stream_time)

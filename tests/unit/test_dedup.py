@@ -52,26 +52,26 @@ def test_an_id_seen_longer_ago_than_the_window_goes_through_again_and_old_ids_le
     driver.pipe("events", {"n": 3}, key="a", timestamp=T + MINUTE + 1)  # past it
     driver.pipe("events", {"n": 4}, key="a", timestamp=T - 30_000)  # out of order, within a window of one seen
     assert [r.value["n"] for r in driver.read("unique")] == [1, 3]
-    seen = driver.window_store("dedup-seen")
+    seen = driver.store("dedup-seen")
     for n in range(100):
         driver.pipe("events", {"n": n}, key=f"k{n}", timestamp=T + 2 * MINUTE + n * 1000)
-    assert len(list(seen.fetch_all(0, T + 10 * MINUTE))) > 50
+    assert len(list(seen.range())) > 50
     driver.pipe("events", {"n": 0}, key="late", timestamp=T + 10 * MINUTE)  # stream time moves on
-    assert [key for key, _, _ in seen.fetch_all(0, T + 10 * MINUTE)] == ["late"]  # the rest expired
+    assert [key for key, _ in seen.range()] == ["late"]  # the rest expired
 
 
 def test_an_id_is_remembered_until_stream_time_passes_its_time_plus_two_windows(app_driver: MakeDriver) -> None:
     """Whatever the other ids do: a record up to a window behind stream time is checked against every id
     within a window of it."""
     driver = app_driver(dedup_app("key", window_ms=100))
-    seen = driver.window_store("dedup-seen")
+    seen = driver.store("dedup-seen")
     driver.pipe_all("events", [("k1", {"n": 1}, 99), ("other", {"n": 2}, 299)])
-    assert [time for time, _ in seen.fetch("k1", 0, 1000)] == [99]  # stream time 299 = 99 + 2 x 100
+    assert seen.get("k1") == [99]  # stream time 299 = 99 + 2 x 100
     driver.pipe("events", {"n": 3}, key="k1", timestamp=199)  # a window after k1@99, a window behind stream time
     assert [r.value["n"] for r in driver.read("unique")] == [1, 2]
     assert driver.count("dedup", "duplicates") == 1
     driver.pipe("events", {"n": 4}, key="other", timestamp=300)
-    assert list(seen.fetch("k1", 0, 1000)) == []
+    assert seen.get("k1") is None
 
 
 def test_a_record_more_than_a_window_behind_stream_time_is_late_counted_and_dropped(app_driver: MakeDriver) -> None:

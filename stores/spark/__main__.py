@@ -174,7 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             raise ValueError(f"the Kafka security options: {problems}") from None
         if args.command == "bootstrap":
-            from stores.spark.bootstrap import ChangelogSeed, bootstrap, read_source
+            from stores.spark.bootstrap import bootstrap, read_source
+            from stores.spark.changelog_seed import ChangelogSeed
 
             topic_offsets = None
             if (args.topic_offsets or args.seed_changelog) and not args.bootstrap_servers:

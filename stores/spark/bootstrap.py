@@ -7,36 +7,22 @@ the same database, the topic's end offsets taken before the read go into the man
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import shutil
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-from stores.kafka_security import KafkaSecurity, aiokafka_options
-from stores.replication import BROKER_DEFAULT, ReplicationFactors
+from stores.kafka_security import KafkaSecurity
 from stores.serdes import resolve_serde
 from stores.snapshot import Manifest, SnapshotError, finish_snapshot
-from stores.spark.kafka_options import spark_kafka_options
+from stores.spark.changelog_seed import ChangelogSeed, empty_changelog, seed_changelog
 from stores.spark.partitioning import KeyValue, place_and_sort, write_ssts
-from stores.spark.snapshot import PLAINTEXT, changelog_end_offsets
+from stores.spark.snapshot import PLAINTEXT
 
 SOURCES = ("parquet", "csv", "json", "jdbc")
-
-
-@dataclass(frozen=True)
-class ChangelogSeed:
-    """The changelog the rows also go into, created as the app's `internal_topics` would create it."""
-
-    bootstrap_servers: str
-    topic: str
-    replication_factor: int = BROKER_DEFAULT
-    configs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -144,53 +130,3 @@ def bootstrap(
         changelog_offsets=topic_offsets[1] if topic_offsets else None,
     )
     return BootstrapResult(rows_read=rows_read.value, rows_written=sum(manifest.row_counts.values()), manifest=manifest)
-
-
-def empty_changelog(seed: ChangelogSeed, partitions: int, security: KafkaSecurity = PLAINTEXT) -> None:
-    """Creates the changelog (compacted) if missing; refuses one with records: the snapshot's offsets
-    would claim them, and their keys are not in the bulk data."""
-    asyncio.run(_ensure_topic(seed, partitions, security))
-    ends = changelog_end_offsets(seed.bootstrap_servers, seed.topic, security)
-    if len(ends) != partitions:
-        raise SnapshotError(f"changelog {seed.topic} has {len(ends)} partitions, expected {partitions}")
-    if any(ends.values()):
-        raise SnapshotError(f"changelog {seed.topic} already has records (end offsets {ends}): seed only an empty one")
-
-
-def seed_changelog(
-    spark: Any, placed: Any, bootstrap_servers: str, topic: str, security: KafkaSecurity = PLAINTEXT
-) -> dict[int, int]:
-    """Each row into its partition of the changelog (Spark's Kafka sink); the end offsets after them."""
-    rows = placed.mapPartitionsWithIndex(_with_partition)
-    frame = spark.createDataFrame(rows, "partition INT, key BINARY, value BINARY")
-    writer = frame.write.format("kafka").options(**spark_kafka_options(security))
-    writer.option("kafka.bootstrap.servers", bootstrap_servers).option("topic", topic).save()
-    return changelog_end_offsets(bootstrap_servers, topic, security)
-
-
-def _with_partition(index: int, pairs: Iterator[KeyValue]) -> Iterator[tuple[int, bytes, bytes]]:
-    for key, value in pairs:
-        yield index, bytes(key), bytes(value)
-
-
-async def _ensure_topic(seed: ChangelogSeed, partitions: int, security: KafkaSecurity) -> None:
-    topic = seed.topic
-    admin = AIOKafkaAdminClient(bootstrap_servers=seed.bootstrap_servers, **aiokafka_options(security))
-    await admin.start()
-    try:
-        described: list[dict[str, Any]] = await admin.describe_topics([topic])
-        if any(entry["topic"] == topic and entry["error_code"] == 0 for entry in described):
-            return
-        replicas = await ReplicationFactors(admin).resolve(seed.replication_factor)
-        configs = {**seed.configs, "cleanup.policy": "compact"}
-        response = await admin.create_topics([NewTopic(topic, partitions, replicas, topic_configs=configs)])
-        for _, code, message in response.topic_errors:
-            if code != 0:
-                raise SnapshotError(f"changelog {topic} could not be created with {replicas} replicas: {message}")
-        for _ in range(100):  # until its partitions have leaders
-            described = await admin.describe_topics([topic])
-            if any(entry["error_code"] == 0 and len(entry["partitions"]) == partitions for entry in described):
-                return
-            await asyncio.sleep(0.1)
-    finally:
-        await admin.close()

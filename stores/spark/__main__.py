@@ -1,4 +1,4 @@
-"""`python -m stores.spark bootstrap|snapshot ...` (or the same arguments through spark-submit)."""
+"""`python -m stores.spark bootstrap|snapshot|repartition ...` (or the same arguments through spark-submit)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from stores.kafka_security import KafkaSecurity, Mechanism, Protocol
 from stores.layout import StoreKind
 from stores.replication import BROKER_DEFAULT
-from stores.snapshot import SnapshotError
+from stores.snapshot import Manifest, SnapshotError
+from stores.spark.changelog_seed import ChangelogSeed
 
 # The secrets of --security-protocol's settings: from the environment, never on a command line `ps` shows.
 SECRET_VARIABLES = {
@@ -94,6 +95,28 @@ def security_of(args: argparse.Namespace) -> KafkaSecurity:
     )
 
 
+def _seed_options(parser: argparse.ArgumentParser, needs: str) -> None:
+    parser.add_argument(
+        "--seed-changelog",
+        metavar="TOPIC",
+        help="also write the rows into the store's changelog (created if missing; must be empty), so the "
+        f"changelog stays the full truth ({needs})",
+    )
+    parser.add_argument(
+        "--replication-factor",
+        type=int,
+        default=BROKER_DEFAULT,
+        help="--seed-changelog: the replicas of a changelog it creates, as the app's "
+        "internal_topics.replication_factor (default -1: the broker's default.replication.factor)",
+    )
+    parser.add_argument(
+        "--topic-config",
+        action="append",
+        default=[],
+        help="--seed-changelog: a config NAME=VALUE of a changelog it creates, as the app's internal_topics.configs",
+    )
+
+
 def _options(pairs: Sequence[str], flag: str = "--option") -> dict[str, str]:
     options = {}
     for pair in pairs:
@@ -122,25 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a global store's topic, fed from the same data: its end offsets, taken before the source is "
         "read, go into the manifest, so the runtime reads only what came after (needs --bootstrap-servers)",
     )
-    boot.add_argument(
-        "--seed-changelog",
-        metavar="TOPIC",
-        help="also write the rows into the store's changelog (created if missing; must be empty), so the "
-        "changelog stays the full truth (needs --bootstrap-servers)",
-    )
-    boot.add_argument(
-        "--replication-factor",
-        type=int,
-        default=BROKER_DEFAULT,
-        help="--seed-changelog: the replicas of a changelog it creates, as the app's "
-        "internal_topics.replication_factor (default -1: the broker's default.replication.factor)",
-    )
-    boot.add_argument(
-        "--topic-config",
-        action="append",
-        default=[],
-        help="--seed-changelog: a config NAME=VALUE of a changelog it creates, as the app's internal_topics.configs",
-    )
+    _seed_options(boot, "needs --bootstrap-servers")
     boot.add_argument("--bootstrap-servers", help="Kafka, for --topic-offsets and --seed-changelog")
     _common(boot)
     _kafka_security(boot)
@@ -151,7 +156,36 @@ def build_parser() -> argparse.ArgumentParser:
     snap.add_argument("--kind", choices=get_args(StoreKind), default="key_value", help="stores.<name>.kind in the YAML")
     _common(snap)
     _kafka_security(snap)
+
+    repart = commands.add_parser(
+        "repartition", help="write a key-value store's snapshot at another partition count, for the same app"
+    )
+    repart.add_argument("--snapshot", required=True, help="the snapshot directory to read (its manifest says the rest)")
+    repart.add_argument("--partitions", type=int, required=True, help="the app's new partition count")
+    repart.add_argument(
+        "--input-key-serde",
+        help="the key serde of the topic the store's processor reads (its repartition.key_serde when it "
+        "repartitions); default: the store's key serde. Keys are placed where that topic's producer puts them",
+    )
+    repart.add_argument("--out", required=True, help="the new snapshot's directory; must be absent or empty")
+    repart.add_argument("--master", default=None, help="e.g. local[2]; default: spark-submit's or local[*]")
+    repart.add_argument("--bootstrap-servers", help="Kafka, for --seed-changelog")
+    _seed_options(repart, "created with --partitions partitions; needs --bootstrap-servers")
+    _kafka_security(repart)
     return parser
+
+
+def _seed(args: argparse.Namespace) -> ChangelogSeed | None:
+    if not args.seed_changelog:
+        return None
+    if not args.bootstrap_servers:
+        raise ValueError("--seed-changelog needs --bootstrap-servers")
+    return ChangelogSeed(
+        args.bootstrap_servers,
+        args.seed_changelog,
+        args.replication_factor,
+        _options(args.topic_config, "--topic-config"),
+    )
 
 
 def _split(columns: Sequence[str] | None) -> list[str] | None:
@@ -159,6 +193,37 @@ def _split(columns: Sequence[str] | None) -> list[str] | None:
     if columns is None:
         return None
     return [name.strip() for item in columns for name in item.split(",") if name.strip()]
+
+
+def _covers(manifest: Manifest) -> str:
+    if not manifest.changelog_topic:
+        return ""
+    return f", covering {manifest.changelog_topic} up to {manifest.changelog_offsets}"
+
+
+def _repartition(args: argparse.Namespace, security: KafkaSecurity) -> None:
+    from stores.spark.repartition import repartition
+    from stores.spark.session import spark_session
+
+    seed = _seed(args)
+    spark = spark_session(f"repartition {args.snapshot}", args.master, kafka=seed is not None)
+    try:
+        moved = repartition(
+            spark,
+            snapshot_dir=args.snapshot,
+            partitions=args.partitions,
+            out=args.out,
+            input_key_serde=args.input_key_serde,
+            seed=seed,
+            security=security,
+        )
+    finally:
+        spark.stop()
+    manifest = moved.manifest
+    print(
+        f"repartition {manifest.app}/{manifest.store}: {moved.rows_read} rows read, {moved.rows_written} rows "
+        f"written to {args.out} at {manifest.partitions} partitions{_covers(manifest)}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -175,21 +240,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"the Kafka security options: {problems}") from None
         if args.command == "bootstrap":
             from stores.spark.bootstrap import bootstrap, read_source
-            from stores.spark.changelog_seed import ChangelogSeed
 
             topic_offsets = None
             if (args.topic_offsets or args.seed_changelog) and not args.bootstrap_servers:
                 raise ValueError("--topic-offsets and --seed-changelog need --bootstrap-servers")
             if args.topic_offsets and args.seed_changelog:
                 raise ValueError("--topic-offsets and --seed-changelog exclude each other")
-            seed = None
-            if args.seed_changelog:
-                seed = ChangelogSeed(
-                    args.bootstrap_servers,
-                    args.seed_changelog,
-                    args.replication_factor,
-                    _options(args.topic_config, "--topic-config"),
-                )
+            seed = _seed(args)
             if args.topic_offsets:
                 from stores.spark.snapshot import changelog_end_offsets
 
@@ -223,16 +280,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             finally:
                 spark.stop()
-            manifest = boot.manifest
-            covers = (
-                f", covering {manifest.changelog_topic} up to {manifest.changelog_offsets}"
-                if manifest.changelog_topic
-                else ""
-            )
             print(
                 f"bootstrap {args.app}/{args.store}: {boot.rows_read} rows read, "
-                f"{boot.rows_written} rows written to {args.out}{covers}"
+                f"{boot.rows_written} rows written to {args.out}{_covers(boot.manifest)}"
             )
+        elif args.command == "repartition":
+            _repartition(args, security)
         else:
             from stores.spark.snapshot import snapshot
 

@@ -16,6 +16,8 @@ from stores.partitioner import partition_for
 from stores.snapshot import PartitionWritten, write_partition
 
 KeyValue = tuple[bytes, bytes]
+PlacedKeyValue = tuple[tuple[int, bytes], bytes]
+"""((store partition, key), value): a row whose partition is already known."""
 
 
 def kafka_partition(key: bytes, partitions: int) -> int:
@@ -30,6 +32,22 @@ def place_and_sort(pairs: Any, partitions: int) -> Any:
     """
     place = functools.partial(kafka_partition, partitions=partitions)
     return pairs.repartitionAndSortWithinPartitions(partitions, partitionFunc=place, ascending=True)
+
+
+def sort_where_placed(placed: Any, partitions: int) -> Any:
+    """An RDD of `PlacedKeyValue` as `place_and_sort` lays its pairs out: Spark partition i holds the
+    rows placed in store partition i, sorted by key, without their partition."""
+    in_place = placed.repartitionAndSortWithinPartitions(partitions, partitionFunc=_placed_partition, ascending=True)
+    return in_place.map(_without_partition, preservesPartitioning=True)
+
+
+def _placed_partition(partition_and_key: tuple[int, bytes]) -> int:
+    return partition_and_key[0]
+
+
+def _without_partition(row: PlacedKeyValue) -> KeyValue:
+    (_, key), value = row
+    return key, value
 
 
 def write_ssts(sorted_pairs: Any, snapshot_dir: str | os.PathLike[str]) -> list[PartitionWritten]:

@@ -22,7 +22,7 @@ from stores.kafka_security import KafkaSecurity, aiokafka_options
 from stores.layout import StoreKind
 from stores.snapshot import Manifest, SnapshotError, SnapshotMismatch, finish_snapshot
 from stores.spark.kafka_options import spark_kafka_options
-from stores.spark.partitioning import write_ssts
+from stores.spark.partitioning import sort_where_placed, write_ssts
 
 PLAINTEXT = KafkaSecurity()
 
@@ -126,12 +126,11 @@ def snapshot(
         raise SnapshotMismatch(f"changelog {topic} has {len(end_offsets)} partitions, expected partitions={partitions}")
     records = read_changelog(spark, bootstrap_servers, topic, end_offsets, security).cache()
     records_read = records.count()
-    placed = latest_values(records).repartitionAndSortWithinPartitions(
-        partitions, partitionFunc=_changelog_partition, ascending=True
-    )
+    # A changelog record's partition is its store partition: no rehashing.
+    placed = sort_where_placed(latest_values(records), partitions)
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        written = write_ssts(placed.map(_drop_partition, preservesPartitioning=True), out_dir)
+        written = write_ssts(placed, out_dir)
     except Exception:
         shutil.rmtree(out_dir, ignore_errors=True)
         raise
@@ -150,13 +149,3 @@ def snapshot(
         kind=kind,
     )
     return SnapshotResult(records_read=records_read, rows_written=sum(manifest.row_counts.values()), manifest=manifest)
-
-
-def _changelog_partition(partition_and_key: tuple[int, bytes]) -> int:
-    """A changelog record's partition is its store partition: no rehashing."""
-    return partition_and_key[0]
-
-
-def _drop_partition(pair: tuple[tuple[int, bytes], bytes]) -> tuple[bytes, bytes]:
-    (_, key), value = pair
-    return key, value

@@ -1,4 +1,5 @@
-"""The Spark bootstrap job (local[2]): Kafka's placement of keys, and a Parquet file turned into a store."""
+"""The Spark bootstrap and repartition jobs (local[2]): Kafka's placement of keys, a Parquet file turned
+into a store, a snapshot written at another partition count."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
+from stores.layout import StoreKind
 from stores.partitioner import partition_for
 from stores.rocksdb import RocksDBBackend
 from stores.serdes import resolve_serde
@@ -16,8 +19,10 @@ from stores.snapshot import SnapshotError, ingest_partition, read_manifest, vali
 from stores.spark.__main__ import main
 from stores.spark.bootstrap import bootstrap, read_source
 from stores.spark.partitioning import place_and_sort
+from stores.spark.repartition import repartition
 from stores.spark.session import spark_session
 from stores.store import BufferedKeyValueStore
+from tests.support.snapshots import write_snapshot
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +169,53 @@ def test_bootstrap_refuses_a_non_empty_output(spark: Any, tmp_path: Path) -> Non
             value_serde="msgpack",
             out=tmp_path / "snap",
         )
+
+
+def _snapshot_at(directory: Path, partitions: int, rows: dict[str, int], kind: StoreKind = "key_value") -> None:
+    """A snapshot of msgpack keys, each where its str bytes (the input topic's) place it."""
+    placed: dict[int, dict[bytes, bytes]] = {partition: {} for partition in range(partitions)}
+    for key, count in rows.items():
+        placed[partition_for(key.encode(), partitions)][msgpack.packb(key)] = msgpack.packb(count)
+    identity = {"app": "counter", "store": "counts", "partitions": partitions, "kind": kind}
+    write_snapshot(directory, {**identity, "key_serde": "msgpack", "value_serde": "msgpack"}, placed)
+
+
+def _snapshot_rows(directory: Path, scratch: Path) -> dict[int, list[tuple[bytes, bytes]]]:
+    manifest = read_manifest(directory)
+    rows = {}
+    for partition in range(manifest.partitions):
+        backend = RocksDBBackend(scratch / str(partition))
+        try:
+            ingest_partition(backend, directory, manifest, partition)
+            rows[partition] = list(backend.items())
+        finally:
+            backend.close()
+    return rows
+
+
+def test_repartition_places_each_key_where_its_input_records_go(spark: Any, tmp_path: Path) -> None:
+    """The store's keys are msgpack, the input topic's str: placed by the msgpack bytes, most keys
+    would land in a partition whose task never sees their records."""
+    counts = {f"key-{n}": n for n in range(200)}
+    _snapshot_at(tmp_path / "at-3", 3, counts)
+
+    result = repartition(spark, snapshot_dir=tmp_path / "at-3", partitions=5, out=tmp_path / "at-5",
+                         input_key_serde="str")  # fmt: skip
+
+    _snapshot_at(tmp_path / "expected", 5, counts)
+    assert _snapshot_rows(tmp_path / "at-5", tmp_path / "db") == _snapshot_rows(tmp_path / "expected", tmp_path / "e")
+    manifest = read_manifest(tmp_path / "at-5")
+    validate(manifest, "counter", "counts", 5, "msgpack", "msgpack")
+    assert (result.rows_read, result.rows_written, manifest.changelog_offsets) == (200, 200, {})
+    placed_by_store_bytes = sum(
+        partition_for(msgpack.packb(key), 5) != partition_for(key.encode(), 5) for key in counts
+    )
+    assert placed_by_store_bytes > 100  # the serdes' difference matters for these keys
+
+
+def test_repartition_refuses_a_window_store(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _snapshot_at(tmp_path / "windows", 2, {"a": 1}, kind="window")
+    code = main(["repartition", f"--snapshot={tmp_path / 'windows'}", "--partitions=4", f"--out={tmp_path / 'out'}"])
+    assert code == 1
+    assert "is of a window store: only key-value stores are re-partitioned" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

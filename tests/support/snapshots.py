@@ -22,11 +22,13 @@ STORE = "counts"
 Change = tuple[bytes, bytes | None]
 
 
-def snapshot_app(app_id: str, source: str, sink: str, state_dir: Path, snapshots: Path | None) -> dict[str, Any]:
+def snapshot_app(
+    app_id: str, source: str, sink: str, state_dir: Path, snapshots: Path | None, partitions: int = PARTITIONS
+) -> dict[str, Any]:
     app: dict[str, Any] = {
         "app_id": app_id,
-        "topics": {source: {"partitions": PARTITIONS, "key_serde": "str"},
-                   sink: {"partitions": PARTITIONS, "key_serde": "str"}},
+        "topics": {source: {"partitions": partitions, "key_serde": "str"},
+                   sink: {"partitions": partitions, "key_serde": "str"}},
         "processors": [
             {"name": "count", "class": "tests.support.apps:CountPerKey", "inputs": [source], "outputs": [sink],
              "params": {"output": sink}, "stores": {STORE: {"backend": "rocksdb"}}}
@@ -66,9 +68,11 @@ def write_snapshot(directory: Path, identity: dict[str, Any], live: dict[int, di
     return finish_snapshot(directory, written, **identity)
 
 
-def store_contents(state_dir: Path, app_id: str) -> dict[int, tuple[list[tuple[bytes, bytes]], int | None]]:
+def store_contents(
+    state_dir: Path, app_id: str, partitions: int = PARTITIONS
+) -> dict[int, tuple[list[tuple[bytes, bytes]], int | None]]:
     contents = {}
-    for partition in range(PARTITIONS):
+    for partition in range(partitions):
         backend = RocksDBBackend(state_dir / app_id / STORE / str(partition))
         try:
             contents[partition] = (list(backend.items()), backend.changelog_offset())

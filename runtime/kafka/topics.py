@@ -241,7 +241,8 @@ async def _ensure_changelogs(
         if topic in existing and existing[topic].partitions != partitions:
             raise ConfigError(
                 f"changelog topic {topic} has {existing[topic].partitions} partitions, but the inputs of processor "
-                f"'{processor_name}' have {partitions}: delete the changelog (and the app's state) or fix the inputs"
+                f"'{processor_name}' have {partitions}: delete the changelog (and the app's state) or fix the inputs; "
+                "to keep the state at the new count, re-partition it (docs/snapshots.md)"
             )
     changelogs = [InternalTopic(topic, partitions, compacted=True) for topic, (partitions, _) in wanted.items()]
     await _ensure_internal(admin, config.internal_topics, changelogs, existing, factors, "changelog topic")

@@ -193,29 +193,32 @@ def _snapshot_rows(directory: Path, scratch: Path) -> dict[int, list[tuple[bytes
     return rows
 
 
-def test_repartition_places_each_key_where_its_input_records_go(spark: Any, tmp_path: Path) -> None:
+def test_repartition_refuses_a_window_store(spark: Any, tmp_path: Path) -> None:
+    _snapshot_at(tmp_path / "windows", 2, {"a": 1}, kind="window")
+    with pytest.raises(SnapshotError, match="is of a window store: only key-value stores are re-partitioned"):
+        repartition(spark, snapshot_dir=tmp_path / "windows", partitions=4, out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_repartition_places_each_key_where_its_input_records_go(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The store's keys are msgpack, the input topic's str: placed by the msgpack bytes, most keys
-    would land in a partition whose task never sees their records."""
+    would land in a partition whose task never sees their records. (Last: the command stops the session.)"""
     counts = {f"key-{n}": n for n in range(200)}
     _snapshot_at(tmp_path / "at-3", 3, counts)
 
-    result = repartition(spark, snapshot_dir=tmp_path / "at-3", partitions=5, out=tmp_path / "at-5",
-                         input_key_serde="str")  # fmt: skip
+    code = main(["repartition", f"--snapshot={tmp_path / 'at-3'}", "--partitions=5", "--input-key-serde=str",
+                 f"--out={tmp_path / 'at-5'}", "--master=local[2]"])  # fmt: skip
 
+    assert code == 0
+    assert "repartition counter/counts: 200 rows read, 200 rows written" in capsys.readouterr().out
     _snapshot_at(tmp_path / "expected", 5, counts)
     assert _snapshot_rows(tmp_path / "at-5", tmp_path / "db") == _snapshot_rows(tmp_path / "expected", tmp_path / "e")
     manifest = read_manifest(tmp_path / "at-5")
     validate(manifest, "counter", "counts", 5, "msgpack", "msgpack")
-    assert (result.rows_read, result.rows_written, manifest.changelog_offsets) == (200, 200, {})
+    assert (manifest.changelog_topic, manifest.changelog_offsets, manifest.input_offsets) == (None, {}, {})
     placed_by_store_bytes = sum(
         partition_for(msgpack.packb(key), 5) != partition_for(key.encode(), 5) for key in counts
     )
     assert placed_by_store_bytes > 100  # the serdes' difference matters for these keys
-
-
-def test_repartition_refuses_a_window_store(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _snapshot_at(tmp_path / "windows", 2, {"a": 1}, kind="window")
-    code = main(["repartition", f"--snapshot={tmp_path / 'windows'}", "--partitions=4", f"--out={tmp_path / 'out'}"])
-    assert code == 1
-    assert "is of a window store: only key-value stores are re-partitioned" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()

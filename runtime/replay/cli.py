@@ -17,10 +17,10 @@ from runtime.commands.json_lines import dumps
 from runtime.commands.running import command_parser, run
 from runtime.commands.times import parse_time
 from runtime.commands.topic_serdes import TopicSerdes, add_serde_options, declared_serdes, topic_serdes
-from runtime.replay.keys import KeyNotEncodable, encoded_key
 from runtime.replay.partitioners import DEFAULT, PARTITIONERS, elsewhere
 from runtime.replay.scan import Progress as Done
 from runtime.replay.scan import RangeGone, Replay, replay
+from stores.text_keys import KeyNotEncodable, encoded_key
 
 EPILOG = """\
 The key's partition is the one its producer chose for its bytes (the topic's key serde encodes KEY; a JSON

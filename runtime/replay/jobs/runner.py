@@ -30,9 +30,9 @@ from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.outputs import OutputsRefused
 from runtime.kafka.topics import describe_limits, describe_partitions
 from runtime.replay.jobs.state import JobState, ReplayRequest, Status
-from runtime.replay.keys import KeyNotEncodable, encoded_key
 from runtime.replay.scan import RangeGone, Replay, Span, locate, scan
 from runtime.sources.shipper import Shipped, Shipper
+from stores.text_keys import KeyNotEncodable, encoded_key
 
 log = logging.getLogger(__name__)
 

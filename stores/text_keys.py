@@ -1,4 +1,5 @@
-"""A key given as text, as its topic holds it: what `replay` and a replay job's request name a key by."""
+"""A key given as text, encoded as its topic or store holds it: what `replay`, a replay job's request and a
+query of a store name a key by."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from processors.serdes import Serde
 
 
 class KeyNotEncodable(ValueError):
-    """The topic's key serde takes neither the text nor the JSON it holds."""
+    """The key serde takes neither the text nor the JSON it holds."""
 
 
 def encoded_key(serde: Serde, raw: bool, text: str) -> bytes:
-    """KEY as its topic holds it: text for a str or bytes key, JSON for the rest."""
+    """KEY as its topic or store holds it: text for a str or bytes key, JSON for the rest."""
     if raw:
         return text.encode()
     try:
@@ -21,4 +22,4 @@ def encoded_key(serde: Serde, raw: bool, text: str) -> bytes:
         try:
             return serde.serialize(json.loads(text))
         except (ValueError, TypeError) as error:
-            raise KeyNotEncodable(f"the topic's key serde cannot encode '{text}' ({error})") from None
+            raise KeyNotEncodable(f"the key serde cannot encode '{text}' ({error})") from None

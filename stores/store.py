@@ -163,6 +163,21 @@ class BufferedKeyValueStore:
         raw = prefix.encode() if isinstance(prefix, str) else prefix
         return self._decoded(self._merged(raw, prefix_end(raw)))
 
+    def committed_get(self, key_bytes: bytes) -> Any:
+        """The value of an encoded key as the last commit left it (`None`: absent), without the writes
+        buffered since: what a query from outside the task may see."""
+        value = self._backend.get(key_bytes)
+        return None if value is None else self._values.deserialize(value)
+
+    def committed_prefix(self, prefix: bytes, limit: int) -> list[tuple[Any, Any]]:
+        """At most `limit` decoded pairs whose encoded key starts with `prefix`, as the last commit left them."""
+        pairs: list[tuple[bytes, bytes]] = []
+        for key, value in self._backend.items(prefix, prefix_end(prefix)):
+            if len(pairs) == limit:
+                break
+            pairs.append((key, value))
+        return list(self._decoded(iter(pairs)))
+
     def approximate_count(self) -> int:
         """The backend's estimate of its key count; writes not yet flushed are not counted."""
         return self._backend.approximate_count()

@@ -16,6 +16,7 @@ from runtime.config.kafka import KafkaConfig
 from runtime.config.kafka_options import INT32_MAX
 from runtime.config.outbox import OutboxConfig
 from runtime.config.processors import ProcessorConfig
+from runtime.config.queries import QueriesConfig
 from runtime.config.registry_topics import check_registry_topics
 from runtime.config.replay_jobs import ReplayJobsConfig
 from runtime.config.schema_registry import SchemaRegistryConfig
@@ -87,6 +88,7 @@ class AppConfig(Strict):
     snapshots: SnapshotsConfig | None = None
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     health: HealthConfig | None = None  # /live and /ready over HTTP
+    queries: QueriesConfig | None = None  # reads of the stores, on the health port
     log_format: LogFormat | None = None  # --log-format and RUNTIME_LOG_FORMAT come first; unset: text
     schema_registry: SchemaRegistryConfig | None = None
     outboxes: dict[str, OutboxConfig] = Field(default_factory=dict)  # database tables shipped to Kafka
@@ -209,6 +211,8 @@ class AppConfig(Strict):
                     f"table_followers.{name}.topic: topic '{follower.topic}' is not compacted "
                     "(cleanup_policy: compact): it keeps each row's latest version"
                 )
+        if self.queries is not None and self.health is None:
+            raise ValueError("queries: the queries are served on the health port: give a health section too")
         for name in self.global_stores:
             if not re.match(NAME, name):
                 raise ValueError(f"global_stores.{name}: the name may only use letters, digits, '_' and '-'")

@@ -6,30 +6,54 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import urllib.parse
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from runtime.health.probes import Answer, Probes
+from runtime.health.queries import FORWARDED, QueryEndpoint, QueryRequest, Reply
+
+STORES = "/stores/"
 
 log = logging.getLogger(__name__)
 
 
 class HealthServer:
-    """`GET /live` and `GET /ready`: 200 or 503, with a short JSON body saying why."""
+    """`GET /live` and `GET /ready`: 200 or 503, with a short JSON body saying why; with `queries`, the
+    store queries under `/stores/` too."""
 
-    def __init__(self, probes: Probes, host: str, port: int):
+    def __init__(self, probes: Probes, host: str, port: int, queries: QueryEndpoint | None = None):
         self.probes = probes
         routes = {"/live": probes.live, "/ready": probes.ready}
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                probe = routes.get(self.path.split("?", 1)[0])
+                path, _, query = self.path.partition("?")
+                if queries is not None and path.startswith(STORES):
+                    reply = self._query(queries, path, query)
+                    self._answer(reply.status, reply.body)
+                    return
+                probe = routes.get(path)
                 if probe is None:
-                    self._answer(HTTPStatus.NOT_FOUND, {"error": f"no {self.path}: /live or /ready"})
+                    known = "/live, /ready or /stores/" if queries is not None else "/live or /ready"
+                    self._answer(HTTPStatus.NOT_FOUND, {"error": f"no {path}: {known}"})
                     return
                 answer: Answer = probe()
                 self._answer(HTTPStatus.OK if answer[0] else HTTPStatus.SERVICE_UNAVAILABLE, answer[1])
+
+            def _query(self, endpoint: QueryEndpoint, path: str, query: str) -> Reply:
+                authorization = self.headers.get("Authorization")
+                refusal = endpoint.refusal(self.connection.getsockname()[0], authorization)
+                if refusal is not None:
+                    return refusal
+                forwarded = self.headers.get(FORWARDED) is not None
+                request = QueryRequest(path, urllib.parse.parse_qs(query), forwarded, authorization)
+                try:
+                    return endpoint.answers.answer(request)
+                except Exception as error:  # the server's thread goes on answering; the worker is not stopped
+                    log.exception("store query %s failed", path)
+                    return Reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"the query failed: {error!r}"})
 
             def _answer(self, status: HTTPStatus, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()
@@ -42,6 +66,7 @@ class HealthServer:
             def log_message(self, format: str, *args: Any) -> None:  # probes every few seconds: not logged
                 pass
 
+        self._also = ", /stores/" if queries is not None else ""
         self._server = ThreadingHTTPServer((host, port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="health endpoints", daemon=True)
@@ -52,7 +77,7 @@ class HealthServer:
 
     def start(self) -> None:
         self._thread.start()
-        log.info("health endpoints on port %d: /live, /ready", self.port)
+        log.info("health endpoints on port %d: /live, /ready%s", self.port, self._also)
 
     def stop(self) -> None:
         self._server.shutdown()

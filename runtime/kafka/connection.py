@@ -118,8 +118,12 @@ class Clients:
     def consumer(self, **overrides: Any) -> AIOKafkaConsumer:
         return AIOKafkaConsumer(**self.consumer_options(**overrides), **self._security)
 
-    def group_consumer(self, partitions: int) -> AIOKafkaConsumer:
-        return AIOKafkaConsumer(**self.group_consumer_options(partitions), **self._security)
+    def group_consumer(self, partitions: int, assignor: RangePartitionAssignor | None = None) -> AIOKafkaConsumer:
+        """`assignor`: a range assignor of this worker's own (one that tells the group its query address)."""
+        options = self.group_consumer_options(partitions)
+        if assignor is not None:
+            options["partition_assignment_strategy"] = (assignor,)
+        return AIOKafkaConsumer(**options, **self._security)
 
     def group_consumer_options(self, partitions: int) -> dict[str, Any]:
         """The consumer of the app's group, which may be given all `partitions` of its inputs; its fetch size a

@@ -95,6 +95,13 @@ class TaskState:
         self.stores: dict[str, TaskStore] = {}
         # What tells the stores with a TTL the task's stream time: its context, once it is built.
         self.stream_clock: StreamClock | None = None
+        # The input offsets the stores' contents reflect, for a query to tell with what it read: the last
+        # commit's, or, until the task's first, those its stores were restored to (`started_at`).
+        self.committed_offsets: dict[TopicPartition, int] = {}
+
+    def started_at(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """The restored stores hold what was committed up to these input offsets."""
+        self.committed_offsets = dict(offsets)
 
     @property
     def app_id(self) -> str:
@@ -229,6 +236,7 @@ class TaskState:
             elif entry.changelog is not None:
                 offset = self._outputs.acked_ends.get((entry.changelog.topic, entry.changelog.partition))
             entry.store.flush(offset)
+        self.committed_offsets = dict(committed)
         self._buffers_emptied()
 
     def discard(self) -> None:

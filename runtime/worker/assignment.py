@@ -144,6 +144,7 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
             await self._commit_cycle.committer.claim(task)
             if task.state is not None:
                 await self._restore(task.state)
+                task.state.started_at(task.next_offsets)
             self._backpressure.release(task.inputs, (STARTING, task.id))
             await task.run()
         except TaskLost:

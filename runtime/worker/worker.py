@@ -30,7 +30,7 @@ from runtime.guarantees.commit import CommitCycle, Committer
 from runtime.guarantees.consumer_commits import AtLeastOnce, AtMostOnce
 from runtime.guarantees.store_checkpoints import StoreCheckpoints
 from runtime.guarantees.transactions import ExactlyOnce
-from runtime.health import HealthServer, Probes
+from runtime.health import HealthServer, Probes, QueryEndpoint
 from runtime.kafka.aiokafka_internals import consumer_client
 from runtime.kafka.authorization import Authorization
 from runtime.kafka.connection import Clients, start_with_retries
@@ -62,6 +62,7 @@ from runtime.worker.poll_loop import poll
 from runtime.worker.purge import RepartitionPurge
 from runtime.worker.readiness import BOOTSTRAPPING, JOINING, Readiness
 from runtime.worker.stop_deadline import UNWIND_S, StopDeadline
+from runtime.worker.store_queries import Session, StoreQueries
 from runtime.worker.topic_watch import TopicWatch
 from runtime.worker.unfetched import Unfetched
 from stores import StoreError
@@ -118,6 +119,7 @@ class Worker:
         self._shared: Outputs | None = None
         self.ready = asyncio.Event()  # set once partitions were first assigned
         self.readiness = Readiness(self._outcome, self.ready)
+        self.queries = self._store_queries()
         self.telemetry.metrics.register_readiness(lambda: (self.readiness.ready, OUTAGES.unreachable))
 
     def stop(self) -> None:
@@ -179,14 +181,25 @@ class Worker:
         if config is None:
             return None
         probes = Probes(config.stall_s, self.readiness.reasons)
+        endpoint = None
+        if self.queries is not None and self.config.queries is not None:
+            token = self.config.queries.token
+            secret = token.get_secret_value() if token is not None else None
+            endpoint = QueryEndpoint(self.queries, self.config.queries.host, secret)
         try:
-            server = HealthServer(probes, config.host, config.port)
+            server = HealthServer(probes, config.host, config.port, endpoint)
         except OSError as error:  # a port in use: the YAML names it, as a Prometheus port in use is told
             raise ConfigError(
                 f"health.port: cannot serve the health endpoints on {config.host}:{config.port} ({error.strerror})"
             ) from error
         server.start()
         return server
+
+    def _store_queries(self) -> StoreQueries | None:
+        queries, health = self.config.queries, self.config.health
+        if queries is None or health is None:
+            return None
+        return StoreQueries(self.config, queries.advertised(health.port), queries.timeout_s, queries.max_items)
 
     async def _run(self) -> None:
         admin = self._clients.admin()
@@ -230,7 +243,8 @@ class Worker:
         # Under exactly-once every task has its own transactional producer instead of this shared one.
         exactly_once = self.config.guarantee is Guarantee.EXACTLY_ONCE
         producer = None if exactly_once else self._clients.producer()
-        consumer = self._clients.group_consumer(sum(partition_counts[topic] for topic in self.config.input_topics()))
+        partitions = sum(partition_counts[topic] for topic in self.config.input_topics())
+        consumer = self._clients.group_consumer(partitions, self.queries.assignor if self.queries is not None else None)
         failures = self._failure_handler()
         bootstrap = self._clients.bootstrap_servers
         try:  # the producer stopped however far its start got
@@ -241,6 +255,8 @@ class Worker:
                 async with asyncio.TaskGroup() as group:
                     await self._session(consumer, producer, partition_counts, group, failures)
             finally:
+                if self.queries is not None:
+                    self.queries.detach()
                 await self.deadline.bound(consumer.stop(), lambda: "stopping the consumer (leaving the group)")
         finally:
             failures.summarise()  # the failed records counted and not yet told
@@ -285,11 +301,12 @@ class Worker:
             self._restore_consumer, counters, self.telemetry.tracer, committed=consumer.committed
         )
         end_offsets = await self._end_offsets(consumer, partition_counts) if self._until_caught_up else None
+        serdes = self._serdes()
         services = TaskServices.of_app(
             config,
             failures,
             counters,
-            self._serdes(),
+            serdes,
             self.global_stores.views,
             self.telemetry,
             backpressure.after_dequeue,
@@ -314,6 +331,7 @@ class Worker:
         if end_offsets is not None:
             bounded_run = BoundedRun(config, consumer, end_offsets, backpressure, assignment, commit_cycle)
         self.readiness.tasks = assignment.tasks.values
+        self._serve_queries(Session(asyncio.get_running_loop(), assignment.tasks, partition_counts, serdes))
         self.readiness.records_to_restore = lambda: sum(left for _, left in list(restorer.partitions.values()))
         register_levels(
             self.telemetry.metrics, self.counters, consumer, assignment, backpressure, restorer, self.global_stores
@@ -347,6 +365,11 @@ class Worker:
                 await self.deadline.bound(store_checkpoints.finish(), lambda: "writing the store checkpoints")
             if purger is not None:  # what the last commit passed
                 await self.deadline.bound(purge.once(), lambda: "purging the repartition topics")
+
+    def _serve_queries(self, session: Session) -> None:
+        """From now until the consumer stops, the queries read this session's tasks."""
+        if self.queries is not None:
+            self.queries.attach(session)
 
     async def _stop_tasks(self, commit_cycle: CommitCycle, timer: asyncio.Task[None], assignment: Assignment) -> None:
         """The actors first, then the timer: a commit of the timer's waits for each task's turn, which a

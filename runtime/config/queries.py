@@ -1,0 +1,38 @@
+"""The `queries:` section of the app YAML: reads of the stores over HTTP, off unless given."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, model_validator
+
+from runtime.config.common import Strict
+from runtime.health.queries import ANY_ADDRESS
+
+
+class QueriesConfig(Strict):
+    """`GET /stores/NAME/KEY` and `GET /stores/NAME?prefix=P`, served on the health port (`health:` is
+    required): each worker answers for its own partitions and asks the owner of any other."""
+
+    # The address the query endpoints answer on: a request reaching the health port on another one is
+    # refused. The default keeps them to this machine; another address lets the workers of other hosts in.
+    host: str = "127.0.0.1"
+    # How the other workers reach this one; defaults to `host`, which must then be one they can reach.
+    advertised_host: str | None = None
+    # A bearer token every query must carry (`Authorization: Bearer ...`); none: queries are not authenticated.
+    token: SecretStr | None = None
+    # How long a read waits for the worker's event loop, and a worker for the one it asked on a key's behalf.
+    timeout_s: float = Field(default=5.0, gt=0)
+    # The most pairs one prefix read returns.
+    max_items: int = Field(default=1_000, ge=1)
+
+    @model_validator(mode="after")
+    def _reachable(self) -> QueriesConfig:
+        if self.host in ANY_ADDRESS and self.advertised_host is None:
+            raise ValueError(
+                f"host '{self.host}' is every address: give advertised_host, the one other workers reach this one at"
+            )
+        return self
+
+    def advertised(self, port: int) -> str:
+        """host:port, as the other workers are told to reach this one."""
+        host = self.advertised_host or self.host
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

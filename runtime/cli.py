@@ -44,6 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "describe": ("runtime.commands.describe", "an app's topology: processors, topics, stores, internal topics"),
     "acls": ("runtime.commands.acls", "the Kafka ACLs an app needs, as kafka-acls.sh commands"),
     "reset": ("runtime.commands.reset", "move an app's committed offsets; optionally delete its state"),
+    "query": ("runtime.commands.query", "a key of a running app's store, or its keys under a prefix, from its workers"),
     "replay": ("runtime.replay.cli", "one key's records (or a partition's) in a time range, from its partition only"),
     "checkpoint": ("runtime.rewind.checkpoint_cli", "checkpoint the running app's stores now, or list its checkpoints"),
     "rewind": ("runtime.rewind.cli", "take a stopped app back to a checkpoint, to process its inputs again from there"),

@@ -273,3 +273,31 @@ def test_the_query_command_prints_the_answer_or_says_why_there_is_none(
 class Rebalancing:
     def answer(self, request: QueryRequest) -> Reply:
         return Reply(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "the group is rebalancing"})
+
+
+async def test_a_prefix_is_read_from_every_partition_each_with_its_offsets(tmp_path: Path) -> None:
+    stores = {
+        p: BufferedKeyValueStore(MemoryBackend(), resolve_serde("str"), resolve_serde("msgpack")) for p in range(4)
+    }
+    for n in range(12):
+        stores[partition_of(f"user-{n}")].put(f"user-{n}", n)
+    stores[0].put("other", 0)
+    for store in stores.values():
+        store.flush()
+    queries = StoreQueries(app(tmp_path, {}), HERE, 5.0, 10)
+    tasks = {TaskId("count", p): running_task(p, stores[p], 100 + p) for p in range(4)}
+    queries.attach(Session(asyncio.get_running_loop(), cast(Any, tasks), {"in": 4, "prices": 4}, {}))
+    queries.assignor.owners = {("in", p): HERE for p in range(4)}
+
+    reply = await ask(queries, "/stores/counts", prefix="user-")
+    assert reply.status == HTTPStatus.OK
+    assert reply.body["truncated"] is True, "12 keys match, 10 are returned"
+    assert len(reply.body["items"]) == 10
+    assert all(item["key"] == f"user-{item['value']}" for item in reply.body["items"])
+    assert all(item["partition"] == partition_of(item["key"]) for item in reply.body["items"])
+    assert [(p["partition"], p["offsets"][0]["offset"]) for p in reply.body["partitions"]] == [
+        (p, 100 + p) for p in range(4)
+    ]
+    queries.assignor.owners = {("in", p): HERE for p in range(3)}
+    missing = await ask(queries, "/stores/counts", prefix="user-")
+    assert missing.status == HTTPStatus.SERVICE_UNAVAILABLE, "a partition owned by nobody: no partial answer"

@@ -34,6 +34,14 @@ from stores.text_keys import KeyNotEncodable, encoded_key
 PATH_PREFIX = "/stores/"
 
 
+class Unanswered(Exception):
+    """A query this worker cannot answer now, and the reply that says why."""
+
+    def __init__(self, reply: Reply):
+        super().__init__(reply.body.get("error"))
+        self.reply = reply
+
+
 @dataclass(frozen=True)
 class QueriedStore:
     """A store a query may read: a key-value store, or a table without history."""
@@ -78,44 +86,46 @@ class StoreQueries:
         self._session = None
 
     def answer(self, request: QueryRequest) -> Reply:
+        try:
+            return self._answer(request)
+        except Unanswered as unanswered:
+            return unanswered.reply
+
+    def _answer(self, request: QueryRequest) -> Reply:
         name, _, key = request.path[len(PATH_PREFIX) :].partition("/")
         session = self._session
         if session is None:
-            return unavailable("the worker is not processing yet (or any more): it owns no partition")
+            raise unavailable("the worker is not processing yet (or any more): it owns no partition")
         store = self._store(urllib.parse.unquote(name), session)
-        if isinstance(store, Reply):
-            return store
         if key:
             return self._key(store, urllib.parse.unquote(key), request, session)
         if "prefix" in request.query:
             return self._prefix(store, request, session)
-        return Reply(HTTPStatus.NOT_FOUND, {"error": "ask /stores/NAME/KEY, or /stores/NAME?prefix=P"})
+        raise Unanswered(Reply(HTTPStatus.NOT_FOUND, {"error": "ask /stores/NAME/KEY, or /stores/NAME?prefix=P"}))
 
-    def _store(self, name: str, session: Session) -> QueriedStore | Reply:
+    def _store(self, name: str, session: Session) -> QueriedStore:
         for spec in self._config.processors:
             topic = spec.inputs[0] if spec.inputs else None
             if name in spec.stores and topic is not None:
                 store = spec.stores[name]
                 if store.kind != "key_value" or store.ttl_ms is not None:
                     kind = store.kind if store.ttl_ms is None else "key_value store with ttl_ms"
-                    return not_queryable(f"store '{name}' is a {kind}: queries read key-value stores and tables")
+                    raise not_queryable(f"store '{name}' is a {kind}: queries read key-value stores and tables")
                 return QueriedStore(name, spec.name, topic, resolve_serde(store.key_serde))
             if name in spec.tables and topic is not None:
                 table = spec.tables[name]
                 if table.history_ms is not None:
-                    return not_queryable(f"table '{name}' keeps history: queries read tables without history_ms")
+                    raise not_queryable(f"table '{name}' keeps history: queries read tables without history_ms")
                 return QueriedStore(name, spec.name, topic, session.topic_serdes[table.topic][0])
-        return Reply(HTTPStatus.NOT_FOUND, {"error": f"no store '{name}' in app {self._config.app_id}"})
+        raise Unanswered(Reply(HTTPStatus.NOT_FOUND, {"error": f"no store '{name}' in app {self._config.app_id}"}))
 
     def _key(self, store: QueriedStore, text: str, request: QueryRequest, session: Session) -> Reply:
         try:
             key = store.key_bytes(text)
         except KeyNotEncodable as error:
-            return Reply(HTTPStatus.BAD_REQUEST, {"error": str(error)})
+            raise not_queryable(str(error)) from None
         partition = partition_for(key, session.partition_counts[store.topic])
         owner = self._owner(store, partition)
-        if isinstance(owner, Reply):
-            return owner
         if owner != self.address:
             return self._forwarded(owner, request, store, partition)
         return self._on_loop(session, self._read_key(store, partition, text, key, session))
@@ -129,14 +139,12 @@ class StoreQueries:
                 [int(p) for p in asked.split(",")] if asked else list(range(session.partition_counts[store.topic]))
             )
         except ValueError:
-            return Reply(HTTPStatus.BAD_REQUEST, {"error": f"partitions: '{asked}' is not partition numbers"})
+            raise not_queryable(f"partitions: '{asked}' is not partition numbers") from None
         by_owner: dict[str, list[int]] = {}
         for partition in partitions:
             owner = self._owner(store, partition)
-            if isinstance(owner, Reply):
-                return owner
             if owner != self.address and request.forwarded:
-                return not_owned(store, partition)
+                raise not_owned(store, partition)
             by_owner.setdefault(owner, []).append(partition)
         answers = [self._on_loop(session, self._read_prefix(store, by_owner.pop(self.address, []), prefix, session))]
         for owner, theirs in by_owner.items():
@@ -151,15 +159,15 @@ class StoreQueries:
         body = {"store": store.name, "prefix": prefix, "items": items[: self._max_items], "partitions": read}
         return Reply(HTTPStatus.OK, body | {"truncated": truncated})
 
-    def _owner(self, store: QueriedStore, partition: int) -> str | Reply:
+    def _owner(self, store: QueriedStore, partition: int) -> str:
         owners = self.assignor.owners
         if owners is None:
-            return unavailable(
+            raise unavailable(
                 f"the group is rebalancing: partition {partition} of store '{store.name}' has no owner now"
             )
         owner = owners.get((store.topic, partition))
         if owner is None:
-            return unavailable(
+            raise unavailable(
                 f"no worker with queries owns partition {partition} of store '{store.name}' (the group is rebalancing)"
             )
         return owner
@@ -169,7 +177,7 @@ class StoreQueries:
     ) -> Reply:
         """The owner's answer, asked once: a worker asked on another's behalf answers itself or refuses."""
         if request.forwarded:
-            return not_owned(store, partition)
+            raise not_owned(store, partition)
         headers = {FORWARDED: self.address}
         if request.authorization is not None:
             headers["Authorization"] = request.authorization
@@ -180,9 +188,9 @@ class StoreQueries:
         except urllib.error.HTTPError as error:
             return Reply(HTTPStatus(error.code), json.loads(error.read() or b"{}"))
         except (OSError, ValueError) as error:
-            return unavailable(
+            raise unavailable(
                 f"the owner of partition {partition} of store '{store.name}', {owner}, did not answer: {error}"
-            )
+            ) from error
 
     def _on_loop(self, session: Session, read: Any) -> Reply:
         """The read, run on the worker's event loop: between two steps of the task, never inside a commit."""
@@ -191,13 +199,11 @@ class StoreQueries:
             reply: Reply = future.result(self._timeout_s)
         except TimeoutError:
             future.cancel()
-            return unavailable(f"the worker's event loop did not take the read within {self._timeout_s}s")
+            raise unavailable(f"the worker's event loop did not take the read within {self._timeout_s}s") from None
         return reply
 
     async def _read_key(self, store: QueriedStore, partition: int, text: str, key: bytes, session: Session) -> Reply:
         state = self._state(store, partition, session)
-        if isinstance(state, Reply):
-            return state
         value = state.stores[store.name].store.committed_get(key)
         body = {"store": store.name, "key": text, "partition": partition, "found": value is not None}
         body |= {"value": jsonable(value), "offsets": offsets(state.committed_offsets), "worker": self.address}
@@ -209,8 +215,6 @@ class StoreQueries:
         truncated = False
         for partition in partitions:
             state = self._state(store, partition, session)
-            if isinstance(state, Reply):
-                return state
             pairs = state.stores[store.name].store.committed_prefix(prefix.encode(), self._max_items + 1)
             truncated = truncated or len(pairs) > self._max_items
             items += [
@@ -220,12 +224,12 @@ class StoreQueries:
             read.append({"partition": partition, "offsets": offsets(state.committed_offsets), "worker": self.address})
         return Reply(HTTPStatus.OK, {"items": items, "partitions": read, "truncated": truncated})
 
-    def _state(self, store: QueriedStore, partition: int, session: Session) -> TaskState | Reply:
+    def _state(self, store: QueriedStore, partition: int, session: Session) -> TaskState:
         task = session.tasks.get(TaskId(store.processor, partition))
         if task is None or task.lost or task.phase is TaskPhase.CLOSED or task.state is None:
-            return not_owned(store, partition)
+            raise not_owned(store, partition)
         if task.phase is not TaskPhase.RUNNING:
-            return unavailable(f"partition {partition} of store '{store.name}' is restoring on this worker")
+            raise unavailable(f"partition {partition} of store '{store.name}' is restoring on this worker")
         return task.state
 
 
@@ -250,13 +254,13 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def unavailable(reason: str) -> Reply:
-    return Reply(HTTPStatus.SERVICE_UNAVAILABLE, {"error": reason})
+def unavailable(reason: str) -> Unanswered:
+    return Unanswered(Reply(HTTPStatus.SERVICE_UNAVAILABLE, {"error": reason}))
 
 
-def not_owned(store: QueriedStore, partition: int) -> Reply:
+def not_owned(store: QueriedStore, partition: int) -> Unanswered:
     return unavailable(f"this worker does not own partition {partition} of store '{store.name}' now (rebalancing)")
 
 
-def not_queryable(reason: str) -> Reply:
-    return Reply(HTTPStatus.BAD_REQUEST, {"error": reason})
+def not_queryable(reason: str) -> Unanswered:
+    return Unanswered(Reply(HTTPStatus.BAD_REQUEST, {"error": reason}))

@@ -181,19 +181,24 @@ class Worker:
         if config is None:
             return None
         probes = Probes(config.stall_s, self.readiness.reasons)
-        endpoint = None
-        if self.queries is not None and self.config.queries is not None:
-            token = self.config.queries.token
-            secret = token.get_secret_value() if token is not None else None
-            endpoint = QueryEndpoint(self.queries, self.config.queries.host, secret)
         try:
-            server = HealthServer(probes, config.host, config.port, endpoint)
+            server = HealthServer(probes, config.host, config.port, self._query_endpoint())
         except OSError as error:  # a port in use: the YAML names it, as a Prometheus port in use is told
             raise ConfigError(
                 f"health.port: cannot serve the health endpoints on {config.host}:{config.port} ({error.strerror})"
             ) from error
         server.start()
         return server
+
+    def _query_endpoint(self) -> QueryEndpoint | None:
+        queries = self.config.queries
+        if self.queries is None or queries is None:
+            return None
+        secret = queries.token.get_secret_value() if queries.token is not None else None
+        try:
+            return QueryEndpoint(self.queries, queries.host, secret)
+        except OSError as error:  # a host name that does not resolve
+            raise ConfigError(f"queries.host: cannot serve the queries on '{queries.host}' ({error})") from error
 
     def _store_queries(self) -> StoreQueries | None:
         queries, health = self.config.queries, self.config.health

@@ -211,8 +211,8 @@ class AppConfig(Strict):
                     f"table_followers.{name}.topic: topic '{follower.topic}' is not compacted "
                     "(cleanup_policy: compact): it keeps each row's latest version"
                 )
-        if self.queries is not None and self.health is None:
-            raise ValueError("queries: the queries are served on the health port: give a health section too")
+        if self.queries is not None:
+            self.queries.check_served_by(self.health)
         for name in self.global_stores:
             if not re.match(NAME, name):
                 raise ValueError(f"global_stores.{name}: the name may only use letters, digits, '_' and '-'")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, model_validator
 
 from runtime.config.common import Strict
+from runtime.config.health import HealthConfig
 from runtime.health.queries import ANY_ADDRESS
 
 
@@ -36,3 +37,13 @@ class QueriesConfig(Strict):
         """host:port, as the other workers are told to reach this one."""
         host = self.advertised_host or self.host
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def check_served_by(self, health: HealthConfig | None) -> None:
+        """The queries are served by the health server: it must exist, and listen where they are answered."""
+        if health is None:
+            raise ValueError("queries: the queries are served on the health port: give a health section too")
+        if health.host not in ANY_ADDRESS and self.host not in ANY_ADDRESS and self.host != health.host:
+            raise ValueError(
+                f"queries.host: '{self.host}' is not where the health server listens (health.host '{health.host}'): "
+                "no query could reach it"
+            )

@@ -79,7 +79,7 @@ def test_a_read_of_the_committed_view_sees_no_buffered_write() -> None:
     assert store.committed_prefix(b"a", 1) == [("a1", 2)]
 
 
-def app(tmp_path: Path, queries: dict[str, Any] | None = None, health: bool = True) -> Any:
+def app(tmp_path: Path, queries: dict[str, Any] | None = None, health: dict[str, Any] | None = None) -> Any:
     return parse_app({
         "app_id": "shop",
         "topics": {"in": {"partitions": 4, "key_serde": "str"}, "prices": {"partitions": 4, "key_serde": "str",
@@ -90,14 +90,15 @@ def app(tmp_path: Path, queries: dict[str, Any] | None = None, health: bool = Tr
                                    "recent": {"kind": "window", "retention_ms": 60_000, "backend": "memory"}},
                         "tables": {"prices": {"topic": "prices"}}}],
         "state_dir": str(tmp_path),
-        **({"health": {"port": 8080}} if health else {}),
+        "health": health or {"port": 8080},
         **({"queries": queries} if queries is not None else {}),
     })  # fmt: skip
 
 
 def test_queries_need_the_health_port_and_an_address_the_others_reach(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="queries: the queries are served on the health port"):
-        app(tmp_path, {}, health=False)
+        counting = {"name": "count", "class": "tests.support.apps:CountPerKey", "inputs": ["in"]}
+        parse_app({"app_id": "shop", "topics": {"in": {}}, "queries": {}, "processors": [counting]})
     with pytest.raises(ConfigError, match="give advertised_host"):
         app(tmp_path, {"host": "0.0.0.0"})
     assert app(tmp_path, {}).queries.advertised(8080) == "127.0.0.1:8080"
@@ -301,3 +302,10 @@ async def test_a_prefix_is_read_from_every_partition_each_with_its_offsets(tmp_p
     queries.assignor.owners = {("in", p): HERE for p in range(3)}
     missing = await ask(queries, "/stores/counts", prefix="user-")
     assert missing.status == HTTPStatus.SERVICE_UNAVAILABLE, "a partition owned by nobody: no partial answer"
+
+
+def test_queries_are_answered_where_the_health_server_listens(tmp_path: Path) -> None:
+    config = app(tmp_path, {"host": "10.0.0.7"})
+    assert config.queries.advertised(8081) == "10.0.0.7:8081"
+    with pytest.raises(ConfigError, match=r"queries\.host: '127\.0\.0\.1' is not where the health server listens"):
+        app(tmp_path, {}, {"host": "10.0.0.7"})

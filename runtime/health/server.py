@@ -48,7 +48,8 @@ class HealthServer:
                 if refusal is not None:
                     return refusal
                 forwarded = self.headers.get(FORWARDED) is not None
-                request = QueryRequest(path, urllib.parse.parse_qs(query), forwarded, authorization)
+                fields = urllib.parse.parse_qs(query, keep_blank_values=True)  # ?prefix= reads every key
+                request = QueryRequest(path, fields, forwarded, authorization)
                 try:
                     return endpoint.answers.answer(request)
                 except Exception as error:  # the server's thread goes on answering; the worker is not stopped

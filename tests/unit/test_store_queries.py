@@ -213,6 +213,8 @@ class OwnerServer:
 
 class Echo:
     def answer(self, request: QueryRequest) -> Reply:
+        if request.query:
+            return Reply(HTTPStatus.OK, {"path": request.path, "query": request.query})
         return Reply(HTTPStatus.OK, {"path": request.path, "forwarded": request.forwarded})
 
 
@@ -234,6 +236,8 @@ def test_the_health_server_serves_queries_to_who_may_ask() -> None:
         assert get(port, "/stores/counts/k", {"Authorization": "Bearer wrong"})[0] == 401
         assert get(port, "/stores/counts/k", {"Authorization": "Bearer s3cret", FORWARDED: "x:1"}) == (
             200, {"path": "/stores/counts/k", "forwarded": True})  # fmt: skip
+        assert get(port, "/stores/counts?prefix=", {"Authorization": "Bearer s3cret"}) == (
+            200, {"path": "/stores/counts", "query": {"prefix": [""]}})  # fmt: skip
         assert get(port, "/live") == (200, {"live": True}), "the probes need no token"
     finally:
         server.stop()

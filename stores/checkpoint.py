@@ -6,9 +6,9 @@ worker, at a commit boundary: RocksDB's own checkpoint of the store (hard links,
 changelog offset it covers) is taken at once, and turned into the partition's SST file off the event
 loop (`write_partition_checkpoint`). Beside the SST goes a part file, `partition-<n>.json`, with what the
 manifest says of that partition: its rows, checksum, changelog offset and the input offsets the commit
-covered. `assemble` writes the manifest once every partition's part is there; two tasks that finish
-together write the same manifest, renamed into place, so a checkpoint is complete exactly when its
-manifest is there, as every snapshot.
+covered; both are published to the location, the part file last. `assemble` writes the manifest once
+every partition's part is there; two tasks that finish together write the same manifest, whole, so a
+checkpoint is complete exactly when its manifest is there, as every snapshot.
 """
 
 from __future__ import annotations
@@ -16,23 +16,14 @@ from __future__ import annotations
 import os
 import shutil
 from datetime import UTC, datetime
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from stores.layout import StoreKind
 from stores.rocksdb import RocksDBBackend
-from stores.snapshot import (
-    MANIFEST_NAME,
-    Manifest,
-    PartitionWritten,
-    SnapshotError,
-    finish_snapshot,
-    partition_dir,
-    read_manifest,
-    write_manifest,
-    write_partition,
-)
+from stores.snapshot import Manifest, SnapshotError, manifest_text, parse_manifest, write_partition
+from stores.snapshot_location import manifest_key
+from stores.snapshot_storage import SnapshotStorage
 
 PART_SUFFIX = ".json"
 
@@ -49,40 +40,42 @@ class PartitionPart(BaseModel):
     input_offsets: dict[str, int]
 
 
-def part_path(snapshot_dir: str | os.PathLike[str], partition: int) -> Path:
-    return Path(snapshot_dir) / f"partition-{partition}{PART_SUFFIX}"
+def part_name(partition: int) -> str:
+    return f"partition-{partition}{PART_SUFFIX}"
 
 
 def write_partition_checkpoint(
     rocksdb_checkpoint: str | os.PathLike[str],
-    snapshot_dir: str | os.PathLike[str],
+    storage: SnapshotStorage,
+    key: str,
     partition: int,
     input_offsets: dict[str, int],
 ) -> PartitionPart:
-    """The partition's SST and part file from a RocksDB checkpoint of its store, which is then deleted."""
-    source = RocksDBBackend(rocksdb_checkpoint)
-    try:
-        written = write_partition(snapshot_dir, partition, source.items())
-        offset = source.changelog_offset() or 0
-    finally:
-        source.close()
-        shutil.rmtree(rocksdb_checkpoint, ignore_errors=True)
-    part = PartitionPart(
-        partition=partition,
-        rows=written.rows,
-        checksums=written.checksums,
-        changelog_offset=offset,
-        input_offsets=input_offsets,
-    )
-    target = part_path(snapshot_dir, partition)
-    temporary = target.with_name(f".{target.name}.tmp")
-    temporary.write_text(part.model_dump_json())
-    os.replace(temporary, target)
+    """The partition's SST and part file at `key` from a RocksDB checkpoint of its store, which is then deleted."""
+    with storage.workspace(key) as workspace:
+        source = RocksDBBackend(rocksdb_checkpoint)
+        try:
+            written = write_partition(workspace, partition, source.items())
+            offset = source.changelog_offset() or 0
+        finally:
+            source.close()
+            shutil.rmtree(rocksdb_checkpoint, ignore_errors=True)
+        part = PartitionPart(
+            partition=partition,
+            rows=written.rows,
+            checksums=written.checksums,
+            changelog_offset=offset,
+            input_offsets=input_offsets,
+        )
+        for name in written.checksums:
+            storage.publish(workspace, key, name)
+        storage.write_bytes(f"{key}/{part_name(partition)}", part.model_dump_json().encode())
     return part
 
 
 def assemble(
-    snapshot_dir: str | os.PathLike[str],
+    storage: SnapshotStorage,
+    key: str,
     *,
     app: str,
     store: str,
@@ -93,52 +86,49 @@ def assemble(
     kind: StoreKind,
 ) -> Manifest | None:
     """The checkpoint's manifest, written when every partition's part is there; None while some are not."""
-    root = Path(snapshot_dir)
-    if (root / MANIFEST_NAME).is_file():
+    if storage.exists(manifest_key(key)):
         return None  # another task assembled it
-    parts: dict[int, PartitionPart] = {}
+    present = set(storage.children(key))
+    if any(part_name(partition) not in present for partition in range(partitions)):
+        return None
+    parts: list[PartitionPart] = []
     for partition in range(partitions):
-        path = part_path(root, partition)
-        if not path.is_file():
-            return None
+        name = f"{key}/{part_name(partition)}"
+        text = storage.read_bytes(name)
         try:
-            parts[partition] = PartitionPart.model_validate_json(path.read_text())
-        except (OSError, ValidationError) as error:
-            raise SnapshotError(f"checkpoint {root}: {path.name} cannot be read: {error}") from error
-    written = [PartitionWritten(part.partition, part.rows, part.checksums) for part in parts.values()]
-    return finish_snapshot(
-        root,
-        written,
+            if text is None:
+                raise SnapshotError("it is gone")
+            parts.append(PartitionPart.model_validate_json(text))
+        except (SnapshotError, ValidationError) as error:
+            raise SnapshotError(f"checkpoint part {storage.describe(name)} cannot be read: {error}") from error
+    manifest = Manifest(
         app=app,
         store=store,
         partitions=partitions,
         key_serde=key_serde,
         value_serde=value_serde,
-        changelog_topic=changelog_topic,
         kind=kind,
-        changelog_offsets={partition: part.changelog_offset for partition, part in parts.items()},
-        input_offsets={partition: part.input_offsets for partition, part in parts.items()},
+        changelog_topic=changelog_topic,
+        changelog_offsets={part.partition: part.changelog_offset for part in parts},
+        input_offsets={part.partition: part.input_offsets for part in parts},
+        row_counts={part.partition: part.rows for part in parts},
+        checksums={name: digest for part in parts for name, digest in part.checksums.items()},
     )
+    storage.write_bytes(manifest_key(key), manifest_text(manifest).encode())
+    return manifest
 
 
-def carry_forward(
-    source: str | os.PathLike[str], target: str | os.PathLike[str], changelog_offsets: dict[int, int]
-) -> Manifest:
+def carry_forward(storage: SnapshotStorage, source: str, target: str, changelog_offsets: dict[int, int]) -> Manifest:
     """The checkpoint at `source` again at `target`, covering its changelog up to `changelog_offsets`: what a
     rewind leaves once the changelog ends with the checkpoint's state, so that a store restores from it
-    without replaying the changelog's tail. Its SST files are hard-linked (copied where a link cannot be
-    made) and its manifest, new, is written last."""
-    manifest = read_manifest(source)
-    root, copy = Path(source), Path(target)
+    without replaying the changelog's tail. Its SST files are the source's (hard-linked in a directory,
+    copied in a bucket) and its manifest, new, is written last."""
+    text = storage.read_bytes(manifest_key(source))
+    if text is None:
+        raise SnapshotError(f"{storage.describe(source)} has no manifest")
+    manifest = parse_manifest(text, storage.describe(manifest_key(source)))
     for name in manifest.checksums:
-        destination = copy / name
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(root / name, destination)
-        except OSError:
-            shutil.copy2(root / name, destination)
-    for partition in range(manifest.partitions):
-        partition_dir(copy, partition).mkdir(parents=True, exist_ok=True)
+        storage.copy(f"{source}/{name}", f"{target}/{name}")
     moved = manifest.model_copy(update={"changelog_offsets": changelog_offsets, "created_at": datetime.now(UTC)})
-    write_manifest(copy, moved)
+    storage.write_bytes(manifest_key(target), manifest_text(moved).encode())
     return moved

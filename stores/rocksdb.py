@@ -284,6 +284,10 @@ class RocksDBBackend:
     def approximate_count(self) -> int:
         return self._db.property_int_value("rocksdb.estimate-num-keys") or 0
 
+    @property
+    def path(self) -> Path:
+        return self._path
+
     def checkpoint(self, target: str | os.PathLike[str]) -> None:
         """A consistent copy (hard links where possible) in a new directory, with the offset."""
         Checkpoint(self._db).create_checkpoint(str(target))

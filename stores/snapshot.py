@@ -81,24 +81,33 @@ def write_manifest(snapshot_dir: str | os.PathLike[str], manifest: Manifest) -> 
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / MANIFEST_NAME
     temporary = directory / f".{MANIFEST_NAME}.tmp"
-    temporary.write_text(manifest.model_dump_json(indent=2) + "\n")
+    temporary.write_text(manifest_text(manifest))
     os.replace(temporary, target)
     return target
+
+
+def manifest_text(manifest: Manifest) -> str:
+    return manifest.model_dump_json(indent=2) + "\n"
 
 
 def read_manifest(snapshot_dir: str | os.PathLike[str]) -> Manifest:
     path = Path(snapshot_dir) / MANIFEST_NAME
     try:
-        text = path.read_text()
+        text = path.read_bytes()
     except OSError as exc:
         raise SnapshotError(f"snapshot {snapshot_dir} has no readable {MANIFEST_NAME}: {exc}") from exc
+    return parse_manifest(text, str(path))
+
+
+def parse_manifest(text: bytes | str, where: str) -> Manifest:
+    """The manifest in `text`, read from `where` (a path or URL, named when it is refused)."""
     try:
         manifest = Manifest.model_validate_json(text)
     except ValidationError as exc:
-        raise SnapshotError(f"{path} is not a valid manifest: {exc}") from exc
+        raise SnapshotError(f"{where} is not a valid manifest: {exc}") from exc
     if manifest.format_version not in READABLE_VERSIONS:
         readable = " and ".join(map(str, READABLE_VERSIONS))
-        raise SnapshotError(f"{path} has format_version {manifest.format_version}; this code reads {readable}")
+        raise SnapshotError(f"{where} has format_version {manifest.format_version}; this code reads {readable}")
     return manifest
 
 
@@ -164,9 +173,14 @@ def verify_checksums(snapshot_dir: str | os.PathLike[str], manifest: Manifest) -
             raise SnapshotError(f"snapshot {root}: {name} is not listed in the manifest")
 
 
-def partition_files(snapshot_dir: str | os.PathLike[str], manifest: Manifest, partition: int) -> list[Path]:
+def partition_checksums(manifest: Manifest, partition: int) -> dict[str, str]:
+    """The checksums of one partition's files, by their names in the snapshot."""
     prefix = f"partition-{partition}/"
-    return sorted(Path(snapshot_dir) / name for name in manifest.checksums if name.startswith(prefix))
+    return {name: digest for name, digest in manifest.checksums.items() if name.startswith(prefix)}
+
+
+def partition_files(snapshot_dir: str | os.PathLike[str], manifest: Manifest, partition: int) -> list[Path]:
+    return sorted(Path(snapshot_dir) / name for name in partition_checksums(manifest, partition))
 
 
 def ingest_partition(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -11,17 +10,18 @@ from processors.global_updater import GlobalStoreUpdater
 from runtime.config.common import Strict, duration_ms, import_subclass, known_serde, valid_topic_name
 from runtime.config.store_kinds import retention_fits_kind, ttl_fits_kind
 from stores.layout import StoreKind
+from stores.object_url import SCHEME, ObjectUrl
+from stores.snapshot_storage import SnapshotLocation, SnapshotStorage, open_storage
 
 
 class SnapshotsConfig(Strict):
     """Where snapshots of stores are found: `<location>/<store>/<any name>/manifest.json`; with `every`,
     the runtime takes checkpoints there itself (`<location>/<store>/<UTC time>/`), keeping the `keep`
-    newest of each store.
-
-    A mapping rather than a bare path, so object stores can be added as other fields later.
+    newest of each store. The location is a directory every worker sees, or `s3://bucket/prefix` in an
+    S3-compatible object store reached with the environment's endpoint and credentials (`AWS_*`).
     """
 
-    location: Path
+    location: SnapshotLocation
     every: int | None = Field(default=None, ge=1_000)  # milliseconds, or "30s", "15m", "1h", "1d"
     keep: int = Field(default=24, ge=1)
 
@@ -29,10 +29,16 @@ class SnapshotsConfig(Strict):
 
     @field_validator("location", mode="before")
     @classmethod
-    def _local_path(cls, location: object) -> object:
+    def _directory_or_bucket(cls, location: object) -> object:
         if isinstance(location, str) and "://" in location:
-            raise ValueError(f"'{location}' is a URL; only local or mounted directories are supported")
+            if not location.startswith(SCHEME):
+                raise ValueError(f"'{location}' is a URL; give a directory, or s3://bucket/prefix for an object store")
+            return ObjectUrl.parse(location)
         return location
+
+    def storage(self) -> SnapshotStorage:
+        """The location opened: an object store's client is made from the environment here."""
+        return open_storage(self.location)
 
 
 class RocksDBConfig(Strict):

@@ -29,7 +29,8 @@ from runtime.kafka.outputs import Outputs
 from runtime.task.failures import FailureHandler
 from stores import ReadOnlyView, RocksDBBackend
 from stores.snapshot import SnapshotError, SnapshotMismatch, ingest_whole, validate
-from stores.snapshot_location import newest_snapshot
+from stores.snapshot_location import Snapshot, newest_snapshot
+from stores.snapshot_storage import SnapshotStorage
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,8 @@ class GlobalStores:
         settings = self._config.snapshots_for(store.spec)
         if settings is None:
             return
-        snapshot = newest_snapshot(settings.location, store.name)
+        storage = settings.storage()
+        snapshot = await asyncio.to_thread(newest_snapshot, storage, store.name)
         if snapshot is None:
             log.info("global store %s: no snapshot in %s yet", store.name, settings.location)
             return
@@ -196,20 +198,18 @@ class GlobalStores:
                         f"but the topic ends at {end} (was the topic recreated?)"
                     )
         except SnapshotMismatch as error:
-            raise SnapshotMismatch(
-                f"global store {store.name}: refusing snapshot {snapshot.directory}: {error}"
-            ) from None
+            raise SnapshotMismatch(f"global store {store.name}: refusing snapshot {snapshot.where}: {error}") from None
         stored = [store.next_offset(partition) for partition in range(partitions)]
         if all(offset is not None and offset >= manifest.offset(p) for p, offset in enumerate(stored)):
-            log.info("global store %s is not behind snapshot %s: keeping it", store.name, snapshot.directory)
+            log.info("global store %s is not behind snapshot %s: keeping it", store.name, snapshot.where)
             return
         if not isinstance(store.backend, RocksDBBackend):
             raise SnapshotError(f"global store {store.name} is not a RocksDB store: snapshots cannot be ingested")
         rows = sum(manifest.row_counts.values())
-        log.info("ingesting snapshot %s into global store %s: %d rows", snapshot.directory, store.name, rows)
+        log.info("ingesting snapshot %s into global store %s: %d rows", snapshot.where, store.name, rows)
         started = time.monotonic()
         store.wipe()
-        await asyncio.to_thread(ingest_whole, store.backend, snapshot.directory, manifest)
+        await asyncio.to_thread(_ingest_whole, store.backend, storage, snapshot)
         elapsed = time.monotonic() - started
         self._counters.snapshot_ingests += 1
         self._counters.snapshot_rows += rows
@@ -308,3 +308,9 @@ def _reader_settings(store: GlobalStore, partitions: list[TopicPartition]) -> St
     starts = {partition: offset for partition, offset in stored.items() if offset is not None}
     sst_dir = None if store.incoming is None else str(store.incoming)
     return StoreSettings(store.spec.key_serde, store.spec.value_serde, store.spec.updater, starts, sst_dir)
+
+
+def _ingest_whole(backend: RocksDBBackend, storage: SnapshotStorage, snapshot: Snapshot) -> None:
+    """Every partition's files fetched where they are not local (each checked against its checksum), then loaded."""
+    with storage.local_files(snapshot.key, snapshot.manifest.checksums) as directory:
+        ingest_whole(backend, directory, snapshot.manifest)

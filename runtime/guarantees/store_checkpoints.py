@@ -6,7 +6,9 @@ with a changelog, every partition's state as a commit left it and the input offs
 in the snapshot format (stores/checkpoint.py). Two kinds are due. One per period of `snapshots.every`,
 named after the period's start: every task of every worker adds its partitions to the same checkpoint
 without a word to the others. And one per request that `python -m runtime checkpoint` leaves in the
-location, `<location>/_requests/<name>`, named after the moment it was made.
+location, `<location>/_requests/<name>`, named after the moment it was made. The location is a directory
+or a bucket (stores/snapshot_storage.py): what is written and read there goes through its storage, off the
+event loop.
 
 A task adds its partitions to each due checkpoint once, after the first of its commits that covers every
 input it reads, in two steps: RocksDB's own checkpoint of each store at once (hard links, so the task
@@ -37,7 +39,9 @@ from aiokafka import TopicPartition
 from runtime.config import AppConfig, SnapshotsConfig
 from stores.checkpoint import assemble, write_partition_checkpoint
 from stores.rocksdb import RocksDBBackend
-from stores.snapshot import MANIFEST_NAME, Manifest, read_manifest
+from stores.snapshot import Manifest
+from stores.snapshot_location import complete_snapshots, manifest_key, snapshot_key
+from stores.snapshot_storage import SnapshotStorage
 
 if TYPE_CHECKING:
     from runtime.state.task_state import TaskStore
@@ -53,8 +57,13 @@ def checkpoint_name(moment_ms: int) -> str:
     return datetime.fromtimestamp(moment_ms // 1000, UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
-def requests_dir(location: Path) -> Path:
-    return location / REQUESTS
+def requested(storage: SnapshotStorage) -> list[str]:
+    """The names of the checkpoints `python -m runtime checkpoint` asks for."""
+    return storage.children(REQUESTS)
+
+
+def request_key(name: str) -> str:
+    return f"{REQUESTS}/{name}"
 
 
 def checkpointed(entry: TaskStore) -> bool:
@@ -89,6 +98,7 @@ class StoreCheckpoints:
         self._writing: set[asyncio.Task[None]] = set()
         self._requested: list[Due] = []
         self._listed_at = float("-inf")
+        self._listing: asyncio.Task[None] | None = None
         self._locations = {
             snapshots.location: snapshots
             for processor in config.processors
@@ -104,6 +114,8 @@ class StoreCheckpoints:
 
     def after_commit(self, task: Task, offsets: Mapping[TopicPartition, int]) -> None:
         """Step 4: the task's part in each due checkpoint it has no part in yet."""
+        if time.monotonic() - self._listed_at >= LISTING_S and self._listing is None:
+            self._listing = asyncio.create_task(self._list_requests())
         state = task.state
         if state is None or not task.group_inputs <= offsets.keys():
             return
@@ -122,8 +134,9 @@ class StoreCheckpoints:
 
     async def finish(self) -> None:
         """Wait for the checkpoints being written (when the worker stops)."""
-        if self._writing:
-            await asyncio.gather(*self._writing, return_exceptions=True)
+        pending = [*self._writing, *([self._listing] if self._listing is not None else [])]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
 
     def _due(self) -> list[Due]:
         now = self._now_ms()
@@ -132,28 +145,34 @@ class StoreCheckpoints:
             for snapshots in self._locations.values()
             if snapshots.every is not None
         ]
-        if time.monotonic() - self._listed_at >= LISTING_S:
-            self._listed_at = time.monotonic()
-            self._requested = [
-                Due(request.name, snapshots)
-                for location, snapshots in self._locations.items()
-                for request in sorted(requests_dir(location).glob("*"))
-            ]
         due += self._requested
         names = {each.name for each in due}
         self._taken = {taken for taken in self._taken if taken[2] in names}  # those no longer due are done
         return due
 
+    async def _list_requests(self) -> None:
+        """Requests that cannot be listed now are looked for again a second later: a warning, not the worker."""
+        try:
+            self._requested = await asyncio.to_thread(
+                lambda: [
+                    Due(name, snapshots)
+                    for snapshots in self._locations.values()
+                    for name in requested(snapshots.storage())
+                ]
+            )
+        except Exception as error:
+            log.warning("checkpoint requests could not be listed: %s", error)
+        finally:
+            self._listing, self._listed_at = None, time.monotonic()
+
     def _take(self, entry: TaskStore, due: Due, partition: int, inputs: dict[str, int]) -> None:
-        assert isinstance(entry.backend, RocksDBBackend)
-        directory = due.snapshots.location / entry.name / due.name
-        if (directory / MANIFEST_NAME).is_file():
-            return  # complete already (a task that moved here from a worker that had taken its part)
-        directory.mkdir(parents=True, exist_ok=True)
-        copy = directory / f".rocksdb-{partition}-{uuid.uuid4().hex[:8]}"
+        backend = entry.backend
+        assert isinstance(backend, RocksDBBackend)
+        copy = backend.path.with_name(f".{backend.path.name}-checkpoint-{uuid.uuid4().hex[:8]}")
         started = time.monotonic()
-        entry.backend.checkpoint(copy)
-        writing = asyncio.create_task(self._write(entry, due, directory, copy, partition, inputs, started))
+        backend.checkpoint(copy)  # beside the store: hard links, whatever the snapshot location
+        key = snapshot_key(entry.name, due.name)
+        writing = asyncio.create_task(self._write(entry, due, key, copy, partition, inputs, started))
         self._writing.add(writing)
         writing.add_done_callback(self._writing.discard)
 
@@ -161,14 +180,18 @@ class StoreCheckpoints:
         self,
         entry: TaskStore,
         due: Due,
-        directory: Path,
+        key: str,
         copy: Path,
         partition: int,
         inputs: dict[str, int],
         started: float,
     ) -> None:
+        storage = due.snapshots.storage()
         try:
-            part = await asyncio.to_thread(write_partition_checkpoint, copy, directory, partition, inputs)
+            if await asyncio.to_thread(storage.exists, manifest_key(key)):
+                shutil.rmtree(copy, ignore_errors=True)
+                return  # complete already (a task that moved here from a worker that had taken its part)
+            part = await asyncio.to_thread(write_partition_checkpoint, copy, storage, key, partition, inputs)
             log.info(
                 "checkpoint %s of store %s partition %d: %d rows in %.2fs",
                 due.name,
@@ -177,7 +200,7 @@ class StoreCheckpoints:
                 part.rows,
                 time.monotonic() - started,
             )
-            manifest = await asyncio.to_thread(self._assemble, entry, directory)
+            manifest = await asyncio.to_thread(self._assemble, entry, storage, key)
         except Exception as error:  # a checkpoint is worth a warning, not the worker
             log.warning("checkpoint %s of store %s partition %d failed: %r", due.name, entry.name, partition, error)
             shutil.rmtree(copy, ignore_errors=True)
@@ -190,13 +213,17 @@ class StoreCheckpoints:
                 sum(manifest.row_counts.values()),
                 manifest.partitions,
             )
-            await asyncio.to_thread(prune, directory.parent, due.snapshots.keep)
+            try:
+                await asyncio.to_thread(prune, storage, entry.name, due.snapshots.keep)
+            except Exception as error:  # the next complete checkpoint prunes again
+                log.warning("old checkpoints of store %s could not be deleted: %s", entry.name, error)
 
-    def _assemble(self, entry: TaskStore, directory: Path) -> Manifest | None:
+    def _assemble(self, entry: TaskStore, storage: SnapshotStorage, key: str) -> Manifest | None:
         assert entry.changelog is not None
         spec = entry.spec
         return assemble(
-            directory,
+            storage,
+            key,
             app=self._config.app_id,
             store=entry.name,
             partitions=self._partitions(entry.name),
@@ -214,23 +241,21 @@ class StoreCheckpoints:
         raise KeyError(store)
 
 
-def prune(store_dir: Path, keep: int) -> list[Path]:
+def prune(storage: SnapshotStorage, store: str, keep: int) -> list[str]:
     """Delete the store's checkpoints (snapshots with input offsets) beyond the `keep` newest, and those
     older than the newest that never completed (a worker died writing its part) and are not requested;
-    Spark's snapshots are left alone. Returns what was deleted."""
-    complete, incomplete = [], []
-    for directory in store_dir.iterdir():
-        if (directory / MANIFEST_NAME).is_file():
-            manifest = read_manifest(directory)
-            if manifest.input_offsets:
-                complete.append((manifest.created_at, directory))
-        elif directory.is_dir() and not (requests_dir(store_dir.parent) / directory.name).exists():
-            incomplete.append(directory)
-    complete.sort()
-    gone = [directory for _, directory in complete[: max(0, len(complete) - keep)]]
-    if complete:
-        newest = complete[-1][1].name
-        gone += [directory for directory in incomplete if directory.name < newest]
-    for directory in gone:
-        shutil.rmtree(directory, ignore_errors=True)
+    Spark's snapshots are left alone. Returns the names of those deleted."""
+    snapshots = complete_snapshots(storage, store)
+    checkpoints = sorted(
+        (snapshot.manifest.created_at, snapshot.key.rpartition("/")[2])
+        for snapshot in snapshots
+        if snapshot.manifest.input_offsets
+    )
+    gone = [name for _, name in checkpoints[: max(0, len(checkpoints) - keep)]]
+    if checkpoints:
+        newest = checkpoints[-1][1]
+        kept = {snapshot.key.rpartition("/")[2] for snapshot in snapshots} | set(requested(storage))
+        gone += [name for name in storage.children(store) if name < newest and name not in kept]
+    for name in gone:
+        storage.delete_tree(snapshot_key(store, name))
     return gone

@@ -1,16 +1,17 @@
 """The app's checkpoints: a name is a complete checkpoint when every store that takes them has a
-manifest under it (`<location>/<store>/<name>/manifest.json`) with the input offsets it covers."""
+manifest under it (`<location>/<store>/<name>/manifest.json`) with the input offsets it covers. The
+location is a directory or a bucket (stores/snapshot_storage.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 from aiokafka import TopicPartition
 
 from runtime.config import AppConfig, SnapshotsConfig
-from stores.snapshot import MANIFEST_NAME, Manifest, read_manifest
+from stores.snapshot import Manifest
+from stores.snapshot_location import complete_snapshots
 
 
 @dataclass(frozen=True)
@@ -19,10 +20,6 @@ class CheckpointedStore:
     snapshots: SnapshotsConfig
     changelog_topic: str
 
-    @property
-    def directory(self) -> Path:
-        return self.snapshots.location / self.name
-
 
 @dataclass(frozen=True)
 class AppCheckpoint:
@@ -30,7 +27,7 @@ class AppCheckpoint:
 
     name: str
     manifests: dict[str, Manifest]  # store -> its manifest
-    directories: dict[str, Path]  # store -> the checkpoint's directory
+    stores: dict[str, CheckpointedStore]  # store -> where its checkpoints are
 
     @property
     def created_at(self) -> datetime:
@@ -69,13 +66,18 @@ def checkpoints(app: AppConfig) -> list[AppCheckpoint]:
     stores = checkpointed_stores(app)
     if not stores:
         return []
+    found = {
+        store.name: {
+            snapshot.key.rpartition("/")[2]: snapshot.manifest
+            for snapshot in complete_snapshots(store.snapshots.storage(), store.name)
+        }
+        for store in stores
+    }
     complete: list[AppCheckpoint] = []
-    names = {path.name for path in stores[0].directory.glob("*") if (path / MANIFEST_NAME).is_file()}
-    for name in sorted(names):
-        directories = {store.name: store.directory / name for store in stores}
-        if not all((directory / MANIFEST_NAME).is_file() for directory in directories.values()):
+    for name in sorted(found[stores[0].name]):
+        if not all(name in found[store.name] for store in stores):
             continue
-        manifests = {store: read_manifest(directory) for store, directory in directories.items()}
+        manifests = {store.name: found[store.name][name] for store in stores}
         if all(manifest.input_offsets for manifest in manifests.values()):
-            complete.append(AppCheckpoint(name, manifests, directories))
+            complete.append(AppCheckpoint(name, manifests, {store.name: store for store in stores}))
     return complete

@@ -21,7 +21,8 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from stores.rocksdb import RocksDBBackend
-from stores.snapshot import Manifest, ingest_partition
+from stores.snapshot import Manifest, ingest_partition, partition_checksums
+from stores.snapshot_storage import SnapshotStorage
 
 Correction = tuple[bytes, bytes | None]  # a key, and its value in the checkpoint (None: not there)
 
@@ -45,9 +46,14 @@ async def changed_keys(
     return keys
 
 
-def checkpoint_values(directory: Path, manifest: Manifest, partition: int, keys: set[bytes]) -> list[Correction]:
+def checkpoint_values(
+    storage: SnapshotStorage, checkpoint: str, manifest: Manifest, partition: int, keys: set[bytes]
+) -> list[Correction]:
     """Each key's value in the checkpoint's partition, or None; in key order."""
-    with tempfile.TemporaryDirectory(prefix="rewind-") as scratch:
+    with (
+        tempfile.TemporaryDirectory(prefix="rewind-") as scratch,
+        storage.local_files(checkpoint, partition_checksums(manifest, partition)) as directory,
+    ):
         store = RocksDBBackend(Path(scratch) / "store")
         try:
             ingest_partition(store, directory, manifest, partition)
@@ -57,13 +63,15 @@ def checkpoint_values(directory: Path, manifest: Manifest, partition: int, keys:
 
 
 async def corrections(
-    consumer: AIOKafkaConsumer, directory: Path, manifest: Manifest
+    consumer: AIOKafkaConsumer, storage: SnapshotStorage, checkpoint: str, manifest: Manifest
 ) -> dict[TopicPartition, list[Correction]]:
-    """What each partition of the store's changelog needs to agree with the checkpoint."""
+    """What each partition of the store's changelog needs to agree with the checkpoint at `checkpoint`."""
     assert manifest.changelog_topic is not None
     starts = {TopicPartition(manifest.changelog_topic, p): manifest.offset(p) for p in range(manifest.partitions)}
     changed = await changed_keys(consumer, starts)
-    return {tp: checkpoint_values(directory, manifest, tp.partition, keys) for tp, keys in changed.items() if keys}
+    return {
+        tp: checkpoint_values(storage, checkpoint, manifest, tp.partition, keys) for tp, keys in changed.items() if keys
+    }
 
 
 async def ends(consumer: AIOKafkaConsumer, manifest: Manifest) -> dict[int, int]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from runtime.commands.cluster import CommandFailed
 from runtime.commands.running import command_parser, run
 from runtime.config import AppConfig, load_app
-from runtime.guarantees.store_checkpoints import requests_dir
+from runtime.guarantees.store_checkpoints import request_key
 from runtime.rewind.catalog import checkpointed_stores, checkpoints
 
 EPILOG = """\
@@ -32,14 +32,13 @@ def request(app: AppConfig, timeout_s: float) -> int:
     stores = checkpointed_stores(app)
     if not stores:
         raise CommandFailed(
-            "no store takes checkpoints: give the app (or a store) `snapshots: {location: DIR}`, "
+            "no store takes checkpoints: give the app (or a store) `snapshots: {location: DIR or s3://bucket/prefix}`, "
             "and stores in RocksDB with a changelog"
         )
     name = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    requests = {requests_dir(store.snapshots.location) / name for store in stores}
-    for path in requests:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"requested by python -m runtime checkpoint at {name}\n")
+    storages = {store.snapshots.location: store.snapshots.storage() for store in stores}.values()
+    for storage in storages:
+        storage.write_bytes(request_key(name), f"requested by python -m runtime checkpoint at {name}\n".encode())
     deadline = time.monotonic() + timeout_s
     try:
         while not any(found.name == name for found in checkpoints(app)):
@@ -50,8 +49,8 @@ def request(app: AppConfig, timeout_s: float) -> int:
                 )
             time.sleep(0.2)
     finally:
-        for path in requests:
-            path.unlink(missing_ok=True)
+        for storage in storages:
+            storage.delete(request_key(name))
     print(name)
     return 0
 

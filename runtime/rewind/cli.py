@@ -46,6 +46,7 @@ from runtime.rewind.catalog import AppCheckpoint, checkpoints
 from runtime.rewind.changelog import Correction, append, corrections, ends
 from runtime.rewind.sinks import SinkMove, database_sinks, move, planned_moves, rows_left_beside
 from stores.checkpoint import carry_forward
+from stores.snapshot_location import snapshot_key
 
 log = logging.getLogger("runtime.rewind")
 
@@ -147,7 +148,9 @@ async def plan(cluster: Cluster, app: AppConfig, checkpoint: AppCheckpoint) -> R
             now = committed[tp].offset if tp in committed and committed[tp].offset >= 0 else None
             planned.offsets[tp] = (now, new[tp])
         for store, manifest in checkpoint.manifests.items():
-            planned.corrections |= await corrections(consumer, checkpoint.directories[store], manifest)
+            storage = checkpoint.stores[store].snapshots.storage()
+            key = snapshot_key(store, checkpoint.name)
+            planned.corrections |= await corrections(consumer, storage, key, manifest)
         sinks = database_sinks(app)
         planned.sinks = await planned_moves(sinks, new)
         planned.sink_notes = rows_left_beside(sinks, intermediate)
@@ -192,11 +195,12 @@ async def _carry_forward(cluster: Cluster, planned: RewindPlan) -> None:
     await consumer.start()
     try:
         for store, manifest in planned.checkpoint.manifests.items():
-            source = planned.checkpoint.directories[store]
-            target = source.parent / moment
-            if not target.exists():
-                carry_forward(source, target, await ends(consumer, manifest))
-                print(f"  store {store}: the rewound state, to restore from without the changelog's tail: {target}")
+            storage = planned.checkpoint.stores[store].snapshots.storage()
+            source, target = snapshot_key(store, planned.checkpoint.name), snapshot_key(store, moment)
+            if not storage.children(target):
+                carry_forward(storage, source, target, await ends(consumer, manifest))
+                where = storage.describe(target)
+                print(f"  store {store}: the rewound state, to restore from without the changelog's tail: {where}")
     finally:
         await consumer.stop()
 

@@ -20,8 +20,9 @@ from runtime.counters import Counters
 from runtime.state.restore_progress import RestoreProgress
 from runtime.state.task_state import TaskState, TaskStore
 from stores import RocksDBBackend
-from stores.snapshot import SnapshotError, SnapshotMismatch, ingest_partition, validate
+from stores.snapshot import SnapshotError, SnapshotMismatch, ingest_partition, partition_checksums, validate
 from stores.snapshot_location import Snapshot, newest_snapshot
+from stores.snapshot_storage import SnapshotStorage
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,8 @@ class SnapshotIngest:
         """The store's changelog offset afterwards: the snapshot's when it was loaded, else `stored`."""
         if entry.snapshots is None:
             return stored
-        snapshot = newest_snapshot(entry.snapshots.location, entry.name)
+        storage = entry.snapshots.storage()
+        snapshot = await asyncio.to_thread(newest_snapshot, storage, entry.name)
         if snapshot is None:
             log.info("store %s: no snapshot in %s yet", entry.name, entry.snapshots.location)
             return stored
@@ -56,11 +58,11 @@ class SnapshotIngest:
                 entry.spec.kind,
             )
         except SnapshotMismatch as error:
-            raise SnapshotMismatch(f"store {entry.name}: refusing snapshot {snapshot.directory}: {error}") from None
+            raise SnapshotMismatch(f"store {entry.name}: refusing snapshot {snapshot.where}: {error}") from None
         offset = manifest.offset(tp.partition)
         if offset > end:
             raise SnapshotMismatch(
-                f"store {entry.name}: refusing snapshot {snapshot.directory}: it covers changelog {tp.topic} "
+                f"store {entry.name}: refusing snapshot {snapshot.where}: it covers changelog {tp.topic} "
                 f"partition {tp.partition} up to offset {offset}, but the changelog ends at {end} "
                 "(was the changelog recreated?)"
             )
@@ -70,19 +72,21 @@ class SnapshotIngest:
                 entry.name,
                 tp.partition,
                 stored,
-                snapshot.directory,
+                snapshot.where,
                 offset,
             )
             return stored
-        await self._ingest(state, entry, tp.partition, snapshot)
+        await self._ingest(state, entry, tp.partition, storage, snapshot)
         return offset
 
-    async def _ingest(self, state: TaskState, entry: TaskStore, partition: int, snapshot: Snapshot) -> None:
+    async def _ingest(
+        self, state: TaskState, entry: TaskStore, partition: int, storage: SnapshotStorage, snapshot: Snapshot
+    ) -> None:
         rows = snapshot.manifest.row_counts.get(partition, 0)
         offset = snapshot.manifest.offset(partition)
         log.info(
             "ingesting snapshot %s into store %s partition %d: %d rows up to changelog offset %d",
-            snapshot.directory,
+            snapshot.where,
             entry.name,
             partition,
             rows,
@@ -96,9 +100,7 @@ class SnapshotIngest:
         started = time.monotonic()
         try:
             # Checksums and the ingest read whole files: off the event loop, so other tasks go on.
-            loading = asyncio.ensure_future(
-                asyncio.to_thread(ingest_partition, backend, snapshot.directory, snapshot.manifest, partition)
-            )
+            loading = asyncio.ensure_future(asyncio.to_thread(_ingest_partition, backend, storage, snapshot, partition))
             try:
                 await asyncio.shield(loading)
             except asyncio.CancelledError:
@@ -119,3 +121,10 @@ class SnapshotIngest:
             elapsed,
             rows / elapsed if elapsed else 0.0,
         )
+
+
+def _ingest_partition(backend: RocksDBBackend, storage: SnapshotStorage, snapshot: Snapshot, partition: int) -> None:
+    """The partition's files fetched where they are not local (each checked against its checksum), then loaded."""
+    manifest = snapshot.manifest
+    with storage.local_files(snapshot.key, partition_checksums(manifest, partition)) as directory:
+        ingest_partition(backend, directory, manifest, partition)

@@ -253,12 +253,12 @@ def test_checkpoints_taken_every_second_while_workers_are_killed_hold_exactly_th
     found = checkpoints(parse_app(app))
     assert len(found) >= 3, f"only {len(found)} complete checkpoints"
     for checkpoint in found:
-        manifest = checkpoint.manifests["counts"]
+        manifest, directory = checkpoint.manifests["counts"], tmp_path / "checkpoints" / "counts" / checkpoint.name
         for partition in range(PARTITIONS):
             upto = manifest.input_offsets[partition][source]
             expected = Counter(inputs.get(partition, [])[:upto])
             held = {msgpack.unpackb(key): msgpack.unpackb(value)
-                    for key, value in snapshot_rows(checkpoint.directories["counts"], manifest, partition)}  # fmt: skip
+                    for key, value in snapshot_rows(directory, manifest, partition)}  # fmt: skip
             assert held == dict(expected), f"checkpoint {checkpoint.name} partition {partition} (up to {upto})"
 
 

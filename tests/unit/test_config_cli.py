@@ -232,9 +232,14 @@ CASES = [
         expected=(r"is not valid YAML", r"line 3"),
     ),
     Case(
-        "snapshot location that is a URL",
-        set_top(snapshots={"location": "s3://bucket/snapshots"}),
-        expected=(r"snapshots\.location: 's3://bucket/snapshots' is a URL; only local or mounted directories",),
+        "snapshot location that is a URL of no object store",
+        set_top(snapshots={"location": "gs://bucket/snapshots"}),
+        expected=(r"snapshots\.location: 'gs://bucket/snapshots' is a URL; give a directory, or s3://bucket/prefix",),
+    ),
+    Case(
+        "snapshot location in a bucket whose name S3 refuses",
+        set_top(snapshots={"location": "s3://My_Bucket/snapshots"}),
+        expected=(r"snapshots\.location: 's3://My_Bucket/snapshots' names no valid bucket",),
     ),
     Case(
         "snapshots without a location",
@@ -513,12 +518,14 @@ SECRET_CASES = [
     Case(
         "credentials in a snapshot URL",
         set_top(snapshots={"location": f"s3://AKIAEXAMPLE:{SECRET}@bucket/snapshots"}),
-        expected=(r"snapshots\.location: 's3://\*\*\*@bucket/snapshots' is a URL",),
+        expected=(
+            r"snapshots\.location: 's3://\*\*\*@bucket/snapshots' holds credentials: give them in the environment",
+        ),
     ),
     Case(
         "a password option that is echoed",
-        both(set_kafka("client", sasl_plain_password=SECRET), set_top(snapshots={"location": f"s3://b/{SECRET}"})),
-        expected=(r"snapshots\.location: 's3://b/\*\*\*' is a URL",),
+        both(set_kafka("client", sasl_plain_password=SECRET), set_top(snapshots={"location": f"gs://b/{SECRET}"})),
+        expected=(r"snapshots\.location: 'gs://b/\*\*\*' is a URL",),
     ),
     Case(
         "a substituted variable that is echoed",
@@ -575,7 +582,7 @@ def test_config_error_is_reported_before_connecting(case: Case, cli: ForkingCli,
 def test_secrets_are_redacted_from_config_errors(
     case: Case, cli: ForkingCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SNAPSHOT_URL", f"s3://bucket/{SECRET}")
+    monkeypatch.setenv("SNAPSHOT_URL", f"gs://bucket/{SECRET}")
     app = copy.deepcopy(VALID)
     assert case.edit is not None
     case.edit(app)

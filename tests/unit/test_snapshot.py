@@ -21,6 +21,7 @@ from stores.snapshot import (
     write_manifest,
 )
 from stores.snapshot_location import Snapshot, newest_snapshot
+from stores.snapshot_storage import DirectoryStorage
 from stores.sst import write_partition_sst
 
 
@@ -172,13 +173,14 @@ def test_no_rows_write_no_file(tmp_path: Path) -> None:
 
 
 def test_the_newest_complete_snapshot_of_the_store_is_found(tmp_path: Path) -> None:
-    assert newest_snapshot(tmp_path, "balances") is None
+    storage = DirectoryStorage(tmp_path)
+    assert newest_snapshot(storage, "balances") is None
     store_dir = tmp_path / "balances"
     older = _manifest(created_at=datetime(2026, 1, 1, tzinfo=UTC))
     newer = _manifest(created_at=datetime(2026, 3, 1, tzinfo=UTC))
     write_manifest(store_dir / "b-older", older)
     write_manifest(store_dir / "a-newer", newer)
     (store_dir / "c-being-written" / "partition-0").mkdir(parents=True)  # no manifest yet: not complete
-    found = newest_snapshot(tmp_path, "balances")
-    assert found == Snapshot(store_dir / "a-newer", newer)
-    assert newest_snapshot(tmp_path, "other-store") is None
+    found = newest_snapshot(storage, "balances")
+    assert found == Snapshot("balances/a-newer", newer, str(store_dir / "a-newer"))
+    assert newest_snapshot(storage, "other-store") is None

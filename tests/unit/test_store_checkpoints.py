@@ -12,9 +12,10 @@ import pytest
 from aiokafka import TopicPartition
 
 from runtime.config import parse_app
-from runtime.guarantees.store_checkpoints import StoreCheckpoints, checkpoint_name, requests_dir
+from runtime.guarantees.store_checkpoints import StoreCheckpoints, checkpoint_name, request_key
 from stores.rocksdb import RocksDBBackend
 from stores.snapshot import read_manifest
+from stores.snapshot_storage import DirectoryStorage
 
 pytestmark = pytest.mark.anyio
 
@@ -88,10 +89,10 @@ async def test_a_request_is_taken_without_a_schedule_and_a_task_missing_an_input
     tasks = [task(config, tmp_path, 0, [(b"a", b"1")]), task(config, tmp_path, 1, [])]
     checkpoints.after_commit(tasks[0], offsets(0, 5))
     assert not (tmp_path / "location" / "counts").exists()  # nothing due: no schedule, no request
-    requests_dir(tmp_path / "location").mkdir(parents=True)
-    (requests_dir(tmp_path / "location") / "20261126T080000Z").write_text("")
+    DirectoryStorage(tmp_path / "location").write_bytes(request_key("20261126T080000Z"), b"")
     checkpoints = StoreCheckpoints(config, {"payments": 2}, Clock(1_795_000_000_000))
     checkpoints.after_commit(tasks[1], {})  # knows no offset of its input yet: takes part later
+    await checkpoints.finish()  # the requests are listed off the event loop
     checkpoints.after_commit(tasks[0], offsets(0, 5))
     checkpoints.after_commit(tasks[1], offsets(1, 0))
     await checkpoints.finish()

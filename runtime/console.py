@@ -43,6 +43,8 @@ def configure_logging(level: str, log_format: LogFormat = "text") -> None:
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     redaction.install(logging.getLogger().handlers)
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    for client in ("boto3", "botocore", "s3transfer", "urllib3"):  # at debug, they print signed requests' headers
+        logging.getLogger(client).setLevel(logging.WARNING)
 
 
 def log_format_from_environment() -> LogFormat | None:

@@ -41,3 +41,6 @@ fi
 # registry the tests start (Apicurio Registry, from Maven Central too).
 .venv/bin/python -c "from runtime.devkafka.jars import resolve_jars; resolve_jars()"
 .venv/bin/python -c "from tests.support.schema_registry import registry_app; registry_app()"
+# Build the S3-compatible object store the snapshot tests keep checkpoints in (s3s-fs, from crates.io with
+# cargo, cached beside Kafka's jars: minutes the first time on two cores, nothing after).
+.venv/bin/python -c "from runtime.devs3.server import server_binary; server_binary()"

@@ -22,6 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from stores.errors import StoreError
 from stores.object_url import ObjectUrl
+from stores.snapshot import SnapshotError
 from stores.snapshot_storage import SnapshotStorage
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ class ObjectStorageError(StoreError):
     """The object store refused or could not be reached; says which object and why, never a credential."""
 
 
-class CorruptObject(ObjectStorageError):
+class CorruptObject(SnapshotError):
     """An object's bytes are not those the manifest lists: corrupt, or partly written by another tool."""
 
 

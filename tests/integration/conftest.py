@@ -13,6 +13,7 @@ from runtime.devkafka import LocalBroker
 from runtime.devkafka.certificates import Certificates, make_certificates
 from runtime.devkafka.cluster import LocalCluster
 from runtime.devkafka.secured import Security
+from runtime.devs3.server import LocalS3, throwaway
 from tests.support.running import SPAWNED
 from tests.support.schema_registry import LocalRegistry
 
@@ -68,3 +69,10 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory, certificates: Certif
         data_dir=tmp_path_factory.mktemp("secured-kafka"), security=Security(certificates, users)
     ) as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def object_store() -> Iterator[LocalS3]:
+    """A real S3-compatible server on 127.0.0.1 (runtime/devs3/), with its own access key, for the session."""
+    with throwaway() as server:
+        yield server

@@ -1,0 +1,1 @@
+"""A local S3-compatible object store for development, examples and tests."""

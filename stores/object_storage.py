@@ -49,7 +49,10 @@ def s3_client() -> S3Client:
 class ObjectStorage(SnapshotStorage):
     def __init__(self, url: ObjectUrl, client: S3Client | None = None):
         self.url = url
-        self._client = client if client is not None else s3_client()
+        try:
+            self._client = client if client is not None else s3_client()
+        except BotoCoreError as error:  # e.g. AWS_PROFILE names no profile
+            raise ObjectStorageError(f"no client for {url} can be made from the environment: {error}") from None
 
     def describe(self, key: str = "") -> str:
         return f"s3://{self.url.bucket}/{self.url.key(key)}"

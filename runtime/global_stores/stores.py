@@ -174,7 +174,7 @@ class GlobalStores:
         settings = self._config.snapshots_for(store.spec)
         if settings is None:
             return
-        storage = settings.storage()
+        storage = await asyncio.to_thread(settings.storage)  # a bucket's client is made once, from files
         snapshot = await asyncio.to_thread(newest_snapshot, storage, store.name)
         if snapshot is None:
             log.info("global store %s: no snapshot in %s yet", store.name, settings.location)

@@ -186,8 +186,8 @@ class StoreCheckpoints:
         inputs: dict[str, int],
         started: float,
     ) -> None:
-        storage = due.snapshots.storage()
         try:
+            storage = await asyncio.to_thread(due.snapshots.storage)  # a bucket's client is made once, from files
             if await asyncio.to_thread(storage.exists, manifest_key(key)):
                 shutil.rmtree(copy, ignore_errors=True)
                 return  # complete already (a task that moved here from a worker that had taken its part)

@@ -40,7 +40,7 @@ class SnapshotIngest:
         """The store's changelog offset afterwards: the snapshot's when it was loaded, else `stored`."""
         if entry.snapshots is None:
             return stored
-        storage = entry.snapshots.storage()
+        storage = await asyncio.to_thread(entry.snapshots.storage)  # a bucket's client is made once, from files
         snapshot = await asyncio.to_thread(newest_snapshot, storage, entry.name)
         if snapshot is None:
             log.info("store %s: no snapshot in %s yet", entry.name, entry.snapshots.location)

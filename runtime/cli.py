@@ -38,6 +38,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 COMMANDS: dict[str, tuple[str, str]] = {
     "dev-kafka": ("runtime.devkafka.cli", "start, stop or check the local development broker"),
     "dev-postgres": ("runtime.devpostgres.cli", "start, stop or check the local development PostgreSQL"),
+    "dev-s3": ("runtime.devs3.cli", "start, stop or check the local S3-compatible object store"),
     "topics": ("runtime.commands.topics", "list, describe or create topics"),
     "produce": ("runtime.commands.produce", "write JSON lines to a topic, encoded with its serdes"),
     "consume": ("runtime.commands.consume", "print a topic's records as JSON lines, decoded with its serdes"),

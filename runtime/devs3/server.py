@@ -102,8 +102,8 @@ class LocalS3:
             "AWS_DEFAULT_REGION": REGION,  # the name older clients read
         }
 
-    def start(self, timeout: float = 30.0) -> None:
-        """Start the server and return once it answers a signed request."""
+    def start(self, timeout: float = 30.0, detach: bool = False) -> None:
+        """Start the server and return once it answers a signed request; `detach`ed, it outlives this process."""
         if not port_is_free(self.port):
             raise DevS3Error(f"port {self.port} on 127.0.0.1 is already in use")
         binary = server_binary()
@@ -117,12 +117,13 @@ class LocalS3:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, "RUST_LOG": "warn"},
+                start_new_session=detach,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise DevS3Error(f"{CRATE} exited during start-up:\n{self.log_tail()}")
-            if self._answers():
+            if self.answers():
                 return
             time.sleep(0.1)
         self.stop()
@@ -140,7 +141,7 @@ class LocalS3:
         )
         return session.client("s3", endpoint_url=self.endpoint)
 
-    def _answers(self) -> bool:
+    def answers(self) -> bool:
         try:
             self.client().list_buckets()
         except Exception:  # not listening yet

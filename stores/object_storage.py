@@ -76,6 +76,14 @@ class ObjectStorage(SnapshotStorage):
         except _Missing:
             return None
 
+    def exists(self, key: str) -> bool:
+        try:
+            with self._failing("look for", key):
+                self._client.head_object(Bucket=self.url.bucket, Key=self.url.key(key))
+        except _Missing:
+            return False
+        return True
+
     def write_bytes(self, key: str, data: bytes) -> None:
         with self._failing("write", key):
             self._client.put_object(Bucket=self.url.bucket, Key=self.url.key(key), Body=data)

@@ -24,6 +24,7 @@ def test_a_bucket_is_read_and_written_by_key_under_its_prefix(object_store: Loca
     storage.write_bytes("totals/b/partition-0.json", b"[]")
     assert storage.children("totals") == ["a", "b"] and storage.children("totals/a") == ["manifest.json"]
     assert storage.children("") == ["totals"] and storage.exists("totals/a/manifest.json")
+    assert not storage.exists("totals/z/manifest.json")
     with storage.workspace("totals/b") as workspace:
         (workspace / "partition-0").mkdir()
         (workspace / "partition-0" / "000000.sst").write_bytes(b"sst bytes")

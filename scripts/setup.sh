@@ -41,11 +41,3 @@ fi
 # registry the tests start (Apicurio Registry, from Maven Central too).
 .venv/bin/python -c "from runtime.devkafka.jars import resolve_jars; resolve_jars()"
 .venv/bin/python -c "from tests.support.schema_registry import registry_app; registry_app()"
-# Build the S3-compatible object store the snapshot tests keep checkpoints in (s3s-fs, from crates.io with
-# cargo, cached beside Kafka's jars: a few minutes the first time on two cores, nothing after).
-if ! command -v cargo >/dev/null; then
-    echo "error: Rust's cargo (1.92 or newer) is needed to build the local S3-compatible object store" >&2
-    echo "       the snapshot tests use; install it with rustup" >&2
-    exit 1
-fi
-.venv/bin/python -c "from runtime.devs3.server import server_binary; server_binary()"

@@ -9,6 +9,7 @@ it is started with, so a client with other credentials is refused as by any obje
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import shutil
@@ -39,15 +40,23 @@ class DevS3Error(RuntimeError):
 
 
 def server_binary() -> Path:
-    """The server's binary, built on first use (a few minutes on two cores) into the cache, whole or not at all."""
+    """The server's binary, built on first use (three minutes of CPU) into the cache, whole or not at all. A
+    second caller waits for a build under way (`make test` starts one beside the tests, which the object
+    store's tests then wait for) rather than starting another."""
     root = cache_root() / f"{CRATE}-{VERSION}"
     binary = root / "bin" / CRATE
     if binary.is_file():
         return binary
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with (root.parent / f"{CRATE}-{VERSION}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        return binary if binary.is_file() else _build(root, binary)
+
+
+def _build(root: Path, binary: Path) -> Path:
     cargo = shutil.which("cargo")
     if cargo is None:
         raise DevS3Error(f"`cargo` was not found: {INSTALL_HINT}")
-    root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{CRATE}-", dir=root.parent))
     command = [
         cargo,

@@ -20,13 +20,22 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from aiokafka import AIOKafkaClient, AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaClient, AIOKafkaConsumer, AIOKafkaProducer, TopicPartition, cluster
 from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
 from aiokafka.consumer import fetcher
 from aiokafka.consumer.subscription_state import Assignment, Subscription, SubscriptionState, TopicPartitionState
+from aiokafka.coordinator import protocol as group_protocol
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
+
+ClusterMetadata = cluster.ClusterMetadata
+"""0.14.0 `aiokafka.cluster.ClusterMetadata`: what a partition assignor's `assign` is given (the store queries'
+assignor, runtime/kafka/query_routing.py, carries each owner's address in the group's user data)."""
+ConsumerProtocolMemberMetadata = group_protocol.ConsumerProtocolMemberMetadata
+"""0.14.0 `aiokafka.coordinator.protocol`: a member's subscription, with its user data, as an assignor gives it."""
+ConsumerProtocolMemberAssignment = group_protocol.ConsumerProtocolMemberAssignment
+"""0.14.0 `aiokafka.coordinator.protocol`: a member's assignment, with its user data, as an assignor gives it."""
 
 PartitionRecords = fetcher.PartitionRecords
 """0.14.0 `aiokafka.consumer.fetcher.PartitionRecords`: a partition's fetched records, subclassed to take them."""

@@ -12,9 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 
-from aiokafka.cluster import ClusterMetadata
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
+
+from runtime.kafka.aiokafka_internals import (
+    ClusterMetadata,
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
 
 Owners = dict[tuple[str, int], str]
 """The query address of the worker that owns each topic partition."""

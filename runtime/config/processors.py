@@ -144,6 +144,13 @@ class ProcessorConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _a_merge_chooses_among_its_inputs(self) -> ProcessorConfig:
+        """`repartition:` puts every input through one topic: a merge processor would have nothing to choose."""
+        if self.repartition is not None and self.chooses_records:
+            raise ValueError("repartition: a merge processor chooses among its inputs, which one topic would merge")
+        return self
+
+    @model_validator(mode="after")
     def _tables_are_not_stores(self) -> ProcessorConfig:
         for name in self.tables:
             if name in self.stores:

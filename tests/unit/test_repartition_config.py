@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
+from processors.context import Context
+from processors.merge import MergeProcessor
 from processors.record import Record
 from processors.repartition import Rekey
 from runtime.commands.describe import render, topology
@@ -79,3 +82,19 @@ def test_the_stage_keys_each_record_by_the_field_and_a_record_without_it_raises(
     assert (sent.key, sent.value, sent.headers) == ("m3", {"merchant": "m3", "amount": 7}, (("h", b"v"),))
     with pytest.raises(KeyError, match="no field 'merchant'"):
         stage.process(Record("in", 0, 1, 6, "acc-1", {"amount": 7}), context)
+
+
+def test_a_merge_processor_takes_no_repartition() -> None:
+    """One topic would merge its inputs, and stamps of the upstream progress would reach its `choose`."""
+    app = copy.deepcopy(APP)
+    app["processors"][0]["class"] = "tests.unit.test_repartition_config:EarliestFirst"
+    with pytest.raises(ConfigError, match=r"processors\[0\]: .*repartition: a merge processor chooses among"):
+        parse_app(app)
+
+
+class EarliestFirst(MergeProcessor):
+    def choose(self, heads: Mapping[str, Record]) -> str | None:
+        return min(heads, key=lambda topic: heads[topic].timestamp)
+
+    def process(self, record: Record, ctx: Context) -> None:
+        ctx.send("totals", record.value)

@@ -5,7 +5,8 @@ time, without building a ConsumerRecord for each (runtime/kafka/fetched.py); kee
 cannot parse from failing the rest of its fetch (runtime/kafka/unparseable.py); read a partition's
 position without awaiting (runtime/worker/unfetched.py); fill a batch through the compiled builder
 inside it (runtime/kafka/outputs.py); learn a topic's partitions before subscribing to it
-(runtime/worker/worker.py); read a batch the client cannot parse (runtime/kafka/record_batches.py).
+(runtime/worker/worker.py); read a batch the client cannot parse (runtime/kafka/record_batches.py); commit a
+transaction's offsets with the consumer's generation (runtime/kafka/transactional_offsets.py).
 So every access to an aiokafka attribute whose name starts with `_`, and every import from a module
 aiokafka does not document, is here: the one module to check when aiokafka is upgraded. `RELIED_ON`
 names what they need, and tests/unit/test_aiokafka_internals.py fails when the installed aiokafka
@@ -18,14 +19,17 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaClient, AIOKafkaConsumer, AIOKafkaProducer, TopicPartition, cluster
 from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
 from aiokafka.consumer import fetcher
+from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.consumer.subscription_state import Assignment, Subscription, SubscriptionState, TopicPartitionState
 from aiokafka.coordinator import protocol as group_protocol
 from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.producer.transaction_manager import TransactionManager
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 
@@ -78,6 +82,18 @@ RELIED_ON: tuple[tuple[type, str], ...] = (
     (BatchBuilder, "_relative_offset"),
     (DefaultRecordBatchBuilder, "append"),
     (DefaultRecordBatchBuilder, "estimate_size_in_bytes"),
+    (AIOKafkaConsumer, "_coordinator"),
+    (GroupCoordinator, "group_id"),
+    (GroupCoordinator, "generation"),
+    (GroupCoordinator, "member_id"),
+    (GroupCoordinator, "_group_instance_id"),
+    (AIOKafkaProducer, "client"),
+    (AIOKafkaProducer, "_txn_manager"),
+    (TransactionManager, "transactional_id"),
+    (TransactionManager, "producer_id"),
+    (TransactionManager, "producer_epoch"),
+    (TransactionManager, "consumer_group_added"),
+    (TransactionManager, "wait_for_transaction_end"),
 )
 """The attributes of aiokafka's classes that the runtime uses and aiokafka does not document: those named with
 `_`, reached only here, and the members of the undocumented classes these hand over."""
@@ -253,3 +269,57 @@ def transaction_error(producer: AIOKafkaProducer) -> BaseException | None:
         return None
     error: BaseException | None = waiter.exception()
     return error
+
+
+@dataclass(frozen=True)
+class GroupGeneration:
+    """What the group coordinator knows a member by, in the generation it joined: KIP-447's fencing of a zombie."""
+
+    group_id: str
+    generation_id: int
+    """-1 while the consumer is not a member of a generation (before it joined, or after it was dropped)."""
+    member_id: str
+    group_instance_id: str | None
+
+
+@dataclass(frozen=True)
+class TransactionIdentity:
+    """A transactional producer as the transaction coordinator knows it, once `start` initialized it."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+def group_generation(consumer: AIOKafkaConsumer) -> GroupGeneration:
+    """0.14.0 `AIOKafkaConsumer._coordinator`'s `generation`, `member_id` and `_group_instance_id`: the consumer's
+    membership now, which aiokafka's `send_offsets_to_transaction` does not send."""
+    coordinator = consumer._coordinator
+    if not isinstance(coordinator, GroupCoordinator):
+        raise TypeError("the consumer has no group: its offsets cannot be committed in a transaction")
+    return GroupGeneration(
+        coordinator.group_id, coordinator.generation, coordinator.member_id, coordinator._group_instance_id
+    )
+
+
+def producer_client(producer: AIOKafkaProducer) -> AIOKafkaClient:
+    """0.14.0 `AIOKafkaProducer.client`: the producer's own client, whose connections its transaction uses."""
+    client: AIOKafkaClient = producer.client
+    return client
+
+
+def transaction_identity(producer: AIOKafkaProducer) -> TransactionIdentity:
+    """0.14.0 `AIOKafkaProducer._txn_manager`: the started transactional producer's id and epoch."""
+    manager = producer._txn_manager
+    if manager is None or manager.transactional_id is None:
+        raise TypeError("the producer is not transactional")
+    return TransactionIdentity(manager.transactional_id, manager.producer_id, manager.producer_epoch)
+
+
+def offsets_added_to_transaction(producer: AIOKafkaProducer, group_id: str) -> None:
+    """0.14.0 `TransactionManager.consumer_group_added`: the group's offsets are part of the open transaction,
+    so that its end is sent to the coordinator even when it wrote no record."""
+    manager = producer._txn_manager
+    if manager is None:
+        raise TypeError("the producer is not transactional")
+    manager.consumer_group_added(group_id)

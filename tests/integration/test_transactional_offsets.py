@@ -84,3 +84,43 @@ async def committed(consumer: AIOKafkaConsumer, tp: TopicPartition, expected: in
             break
         await asyncio.sleep(0.1)
     return offset
+
+
+async def test_a_static_members_zombie_is_refused_by_its_instance_id(
+    kafka_bootstrap: str, topic_name: TopicNamer
+) -> None:
+    """A worker restarted with the same group instance id takes its partitions over without a rebalance, in
+    the same generation: the one it replaced is told apart by its member id."""
+    topic, group = topic_name("in"), topic_name("group")
+    await create_topic(kafka_bootstrap, topic)
+    tp = TopicPartition(topic, 0)
+    members = [
+        AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=kafka_bootstrap,
+            group_id=group,
+            group_instance_id="worker-1",
+            enable_auto_commit=False,
+        )
+        for _ in range(2)
+    ]
+    zombie, successor = members
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=topic_name("txn"))
+    await producer.start()
+    await zombie.start()
+    try:
+        await joined(zombie)
+        stale = group_generation(zombie)
+        await successor.start()
+        await joined(successor)
+        assert group_generation(successor).member_id != stale.member_id
+        await producer.begin_transaction()
+        with pytest.raises(GroupMembershipLost, match="FENCED_INSTANCE_ID"):
+            await commit_offsets_in_transaction(producer, {tp: 2}, stale)
+        await producer.abort_transaction()
+        await committed_in_transaction(producer, {tp: 3}, group_generation(successor))
+        assert await committed(successor, tp, 3) == 3
+    finally:
+        for member in members:
+            await member.stop()
+        await producer.stop()

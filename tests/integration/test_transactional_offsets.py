@@ -1,5 +1,6 @@
 """Against a broker, a transaction's offsets carry the member's generation (KIP-447): once the group moved on,
-the coordinator refuses a zombie's offsets, and its transaction commits none of them."""
+the coordinator refuses a zombie's offsets, and its transaction commits none of them; and a new owner asking for
+stable offsets is answered once the transaction holding them ended."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from runtime.kafka.aiokafka_internals import GroupGeneration, group_generation, producer_client
+from runtime.kafka.aiokafka_internals import GroupGeneration, consumer_client, group_generation, producer_client
+from runtime.kafka.stable_offsets import fetch_committed, stable_committed
 from runtime.kafka.transactional_offsets import (
     GroupMembershipLost,
     commit_offsets_in_transaction,
@@ -123,4 +125,31 @@ async def test_a_static_members_zombie_is_refused_by_its_instance_id(
     finally:
         for member in members:
             await member.stop()
+        await producer.stop()
+
+
+async def test_stable_offsets_wait_for_the_transaction_holding_them(
+    kafka_bootstrap: str, topic_name: TopicNamer
+) -> None:
+    topic, group = topic_name("in"), topic_name("group")
+    await create_topic(kafka_bootstrap, topic)
+    tp = TopicPartition(topic, 0)
+    member = AIOKafkaConsumer(topic, bootstrap_servers=kafka_bootstrap, group_id=group, enable_auto_commit=False)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=topic_name("txn"))
+    await producer.start()
+    await member.start()
+    try:
+        await joined(member)
+        await committed_in_transaction(producer, {tp: 1}, group_generation(member))
+        assert await stable_committed(consumer_client(member), group, [tp]) == {tp: 1}
+
+        await producer.begin_transaction()
+        await commit_offsets_in_transaction(producer, {tp: 5}, group_generation(member))
+        assert await member.committed(tp) == 1  # what aiokafka's OffsetFetch answers meanwhile
+        assert (await fetch_committed(consumer_client(member), group, [tp])).unstable == {tp}
+        asked = asyncio.ensure_future(stable_committed(consumer_client(member), group, [tp]))
+        await producer.commit_transaction()
+        assert await asked == {tp: 5}
+    finally:
+        await member.stop()
         await producer.stop()

@@ -1,4 +1,4 @@
-"""TxnOffsetCommit v3, as Kafka's TxnOffsetCommitRequest.json lays it out, built from aiokafka's protocol types."""
+"""TxnOffsetCommit v3 and OffsetFetch v7 as Kafka's request schemas lay them out, in aiokafka's protocol types."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from aiokafka.protocol.types import Int16, Int32, Int64, UnsignedVarInt32
 
 from runtime.errors import TaskLost
 from runtime.kafka.aiokafka_internals import GroupGeneration, TransactionIdentity
+from runtime.kafka.stable_offsets import OFFSET_FETCH, OffsetFetchRequest
 from runtime.kafka.transactional_offsets import (
     GROUP_FENCING_VERSION,
     TXN_OFFSET_COMMIT,
@@ -88,3 +89,13 @@ def test_the_response_gives_each_partitions_error() -> None:
 
 def test_a_generation_that_is_over_loses_the_tasks() -> None:
     assert issubclass(GroupMembershipLost, TaskLost)
+
+
+def test_offsets_are_asked_for_stable_with_offset_fetch_v7() -> None:
+    asked = [TopicPartition("in", 1), TopicPartition("in", 0)]
+    built = OffsetFetchRequest("app", asked).prepare({OFFSET_FETCH: (1, 9)})
+    assert built.API_VERSION == 7
+    assert built.encode() == (
+        compact("app") + UnsignedVarInt32.encode(2) + compact("in") + UnsignedVarInt32.encode(3)
+        + Int32.encode(0) + Int32.encode(1) + b"\0" + b"\1" + b"\0"
+    )  # fmt: skip

@@ -70,6 +70,10 @@ class Committer(Protocol):
     commit_before_processing: CommitBeforeProcessing | None
     """At-most-once commits a batch's offsets before the batch is processed; the others, None."""
 
+    commits_together: bool
+    """Whether one commit holds every task of the worker (exactly-once with one transaction per worker): each
+    commit then waits for every running task's turn, whichever tasks it was asked for."""
+
     def outputs_for(self, task_id: TaskId) -> Outputs:
         """Where a new task's outputs go: the worker's shared producer, or (exactly-once) a producer of the
         task's own, which the committer owns: it starts it at the claim and stops it at the release."""
@@ -94,11 +98,15 @@ class CommitCycle:
         self._one_at_a_time = asyncio.Lock()  # the timer, a revoke and the shutdown take turns
         self._wake_timer = asyncio.Event()
         self._timer_stopped = False
+        self._every_task: Callable[[], Iterable[Task]] = tuple
 
     async def commit(self, tasks: Iterable[Task]) -> None:
         """Commit the running tasks, each as soon as its current record is done. A task whose processor's
         flush failed (step 1.1) does not hold the others back: they commit, then its failure is raised."""
         async with self._one_at_a_time:
+            if self.committer.commits_together:
+                await self._commit_together([*dict.fromkeys([*tasks, *self._every_task()])])
+                return
             running = [task for task in tasks if task.running]
             outcomes: list[TaskCommit | BaseException | None]
             if self.committer.commits_in_turn:
@@ -121,9 +129,25 @@ class CommitCycle:
             if task_commit is not None:
                 self._post_commit(await self.committer.commit([task_commit]))  # 2, 3
 
+    async def _commit_together(self, tasks: list[Task]) -> None:
+        """Every running task in its turn at once, then one commit. A task whose processor's flush failed
+        holds the others back: its outputs so far share their transaction, which cannot commit without its
+        offsets, so nothing is committed and the transaction stays open until the next commit."""
+        running = [task for task in tasks if task.running]
+        async with contextlib.AsyncExitStack() as turns:
+            for task in running:
+                await turns.enter_async_context(task.commit_turn())
+            outcomes = await asyncio.gather(*(task.prepare_commit() for task in running), return_exceptions=True)  # 1
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            prepared = [outcome for outcome in outcomes if isinstance(outcome, TaskCommit)]
+            self._post_commit(await self.committer.commit(prepared))  # 2, 3
+
     async def commit_periodically(self, tasks: Callable[[], Iterable[Task]]) -> None:
         """Until `stop_timer`; a commit comes before its time when `commit_soon` asks. Never cancelled: a
         transaction cut off between its commit and the next begin would leave its task with none open."""
+        self._every_task = tasks
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake_timer.wait(), self._interval_s)

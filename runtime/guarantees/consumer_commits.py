@@ -30,6 +30,7 @@ class AtLeastOnce:
     """An offset is committed only after every output produced before it was acknowledged."""
 
     commits_in_turn = False
+    commits_together = False
     commit_before_processing: CommitBeforeProcessing | None = None
 
     def __init__(self, consumer: AIOKafkaConsumer, outputs: Outputs, counters: Counters, telemetry: Telemetry):

@@ -48,6 +48,7 @@ class ExactlyOnce:
     """Every task commits its own transaction, while it waits; they commit side by side."""
 
     commits_in_turn = True
+    commits_together = False
     commit_before_processing: CommitBeforeProcessing | None = None
 
     def __init__(

@@ -396,6 +396,12 @@ class Outputs:
             await self._flush()
             return list(self._inflight)
 
+    async def renew_producer(self) -> None:
+        """A new producer like the first: a transactional one fenced when its transaction outlived its timeout
+        is replaced by one with the same id, whose start fences the old one for good."""
+        assert self._renew is not None, "renewing needs a way to build the producer"
+        await self._renew_producer(self._renew)
+
     async def _renew_producer(self, renew: Callable[[], AIOKafkaProducer]) -> None:
         """The old producer's sequence numbers are behind the broker's: it cannot write to those partitions."""
         old, self.producer = self.producer, renew()

@@ -19,6 +19,7 @@ class MemoryCommits:
     recorded as the group's; under at-most-once, a batch's offsets before the batch is processed."""
 
     commits_in_turn = False
+    commits_together = False
 
     def __init__(self, shared: Outputs, transactional: Callable[[], Outputs] | None, at_most_once: bool):
         self.offsets: dict[TopicPartition, int] = {}

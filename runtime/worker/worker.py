@@ -30,8 +30,9 @@ from runtime.guarantees.commit import CommitCycle, Committer
 from runtime.guarantees.consumer_commits import AtLeastOnce, AtMostOnce
 from runtime.guarantees.store_checkpoints import StoreCheckpoints
 from runtime.guarantees.transactions import ExactlyOnce
+from runtime.guarantees.worker_transaction import WorkerTransaction
 from runtime.health import HealthServer, Probes, QueryEndpoint
-from runtime.kafka.aiokafka_internals import consumer_client
+from runtime.kafka.aiokafka_internals import consumer_client, producer_client
 from runtime.kafka.authorization import Authorization
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.election import Election, Singleton
@@ -47,6 +48,7 @@ from runtime.kafka.topics import (
     refuse_recreating_read_topics,
     topic_uses,
 )
+from runtime.kafka.transactional_offsets import supports_group_fencing
 from runtime.state.restore import ChangelogRestorer
 from runtime.state.store_buffers import MB, StoreBuffers
 from runtime.task.broadcast import BroadcastSource
@@ -64,6 +66,7 @@ from runtime.worker.readiness import BOOTSTRAPPING, JOINING, Readiness
 from runtime.worker.stop_deadline import UNWIND_S, StopDeadline
 from runtime.worker.store_queries import Session, StoreQueries
 from runtime.worker.topic_watch import TopicWatch
+from runtime.worker.transactional_ids import TransactionalId
 from runtime.worker.unfetched import Unfetched
 from stores import StoreError
 from stores.rocksdb import SHARED_MEMORY
@@ -117,6 +120,8 @@ class Worker:
         self._backpressure: Backpressure | None = None
         self._limits: Limits = {}
         self._shared: Outputs | None = None
+        self._transactional: Callable[[], AIOKafkaProducer] | None = None  # the worker's transactional producer
+        self._transactional_id: TransactionalId | None = None
         self.ready = asyncio.Event()  # set once partitions were first assigned
         self.readiness = Readiness(self._outcome, self.ready)
         self.queries = self._store_queries()
@@ -244,17 +249,35 @@ class Worker:
         await asyncio.wait([work], timeout=UNWIND_S)
         raise StoppedStarting
 
+    def _worker_transactional_producer(self) -> AIOKafkaProducer:
+        """The worker's transactional producer (KIP-447), with the id its restart takes again
+        (runtime/worker/transactional_ids.py); `_transactional` builds another with the same id after a refusal
+        or a fence."""
+        self._transactional_id = TransactionalId(self.config)
+        transactional_id = self._transactional_id.value
+        self._transactional = functools.partial(
+            self._clients.producer,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=self.config.transaction_timeout_ms,
+            client_id=transactional_id,
+        )
+        return self._transactional()
+
     async def _run_clients(self, partition_counts: dict[str, int]) -> None:
-        # Under exactly-once every task has its own transactional producer instead of this shared one.
+        # Under exactly-once the worker's producer is transactional, or, on a broker without KIP-447, every
+        # task has its own transactional producer instead.
         exactly_once = self.config.guarantee is Guarantee.EXACTLY_ONCE
-        producer = None if exactly_once else self._clients.producer()
+        producer = self._worker_transactional_producer() if exactly_once else self._clients.producer()
         partitions = sum(partition_counts[topic] for topic in self.config.input_topics())
         consumer = self._clients.group_consumer(partitions, self.queries.assignor if self.queries is not None else None)
         failures = self._failure_handler()
         bootstrap = self._clients.bootstrap_servers
         try:  # the producer stopped however far its start got
-            if producer is not None:
-                await self._unless_stopped(start_with_retries("producer", bootstrap, producer.start))
+            await self._unless_stopped(start_with_retries("producer", bootstrap, producer.start))
+            if exactly_once and not await supports_group_fencing(producer_client(producer)):
+                log.info("the broker takes no TxnOffsetCommit v3 (KIP-447): every task gets its own transactional id")
+                await producer.stop()
+                producer, self._transactional = None, None
             await self._unless_stopped(start_with_retries("consumer", bootstrap, consumer.start))
             try:
                 async with asyncio.TaskGroup() as group:
@@ -272,6 +295,8 @@ class Worker:
             if self._shared is not None:  # renewed after the broker refused records
                 stopping = self._outcome.unless_abandoned(self._shared.producer.stop())
                 await self.deadline.bound(stopping, lambda: "stopping the renewed producer")
+            if self._transactional_id is not None:
+                self._transactional_id.close()
         log.info("stopped after %.1fs: %s", time.monotonic() - self._started, self.counters.snapshot())
 
     async def _session(
@@ -283,16 +308,7 @@ class Worker:
         failures: FailureHandler,
     ) -> None:
         config, counters, outcome = self.config, self.counters, self._outcome
-        shared = self._shared = None
-        if producer is not None:
-            shared = self._shared = Outputs(
-                producer,
-                partition_counts,
-                counters,
-                self._limits,
-                renew=self._clients.producer,
-                on_refused=failures.refused,
-            )
+        shared = self._shared = self._shared_outputs(producer, partition_counts, failures)
 
         def spawn(work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
             return group.create_task(work, name=name)
@@ -371,6 +387,24 @@ class Worker:
             if purger is not None:  # what the last commit passed
                 await self.deadline.bound(purge.once(), lambda: "purging the repartition topics")
 
+    def _shared_outputs(
+        self, producer: AIOKafkaProducer | None, partition_counts: dict[str, int], failures: FailureHandler
+    ) -> Outputs | None:
+        """The worker's output path: transactional (a refused output aborts the transaction), or with the error
+        policy for a refused output; None where every task has a transactional producer of its own."""
+        if producer is None:
+            return None
+        if self._transactional is not None:
+            return Outputs(producer, partition_counts, self.counters, self._limits, self._transactional)
+        return Outputs(
+            producer,
+            partition_counts,
+            self.counters,
+            self._limits,
+            renew=self._clients.producer,
+            on_refused=failures.refused,
+        )
+
     def _serve_queries(self, session: Session) -> None:
         """From now until the consumer stops, the queries read this session's tasks."""
         if self.queries is not None:
@@ -438,6 +472,9 @@ class Worker:
         self, consumer: AIOKafkaConsumer, shared: Outputs | None, partition_counts: dict[str, int]
     ) -> Committer:
         config = self.config
+        from_latest = config.kafka.consumer.get("auto_offset_reset") == "latest"
+        if config.guarantee is Guarantee.EXACTLY_ONCE and shared is not None:
+            return WorkerTransaction(consumer, config.group_id, from_latest, self.counters, self.telemetry, shared)
         if config.guarantee is Guarantee.EXACTLY_ONCE:
 
             def transactional_outputs(transactional_id: str) -> Outputs:
@@ -450,7 +487,6 @@ class Worker:
                 # A new producer, with the same transactional id, after the broker refused records.
                 return Outputs(transactional(), partition_counts, self.counters, self._limits, renew=transactional)
 
-            from_latest = config.kafka.consumer.get("auto_offset_reset") == "latest"
             return ExactlyOnce(
                 consumer,
                 config.app_id,

@@ -51,6 +51,7 @@ class RecordingCommitter:
 
     def __init__(self, log: Log, commits_in_turn: bool):
         self.commits_in_turn = commits_in_turn
+        self.commits_together = False
         self.log = log
         self.task_commits: list[list[TaskCommit]] = []
         self.lost: set[str] = set()

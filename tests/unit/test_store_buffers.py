@@ -50,6 +50,7 @@ def test_the_total_past_the_bound_asks_for_one_commit_until_it_falls_back() -> N
 
 class NoCommits:
     commits_in_turn = False
+    commits_together = False
     commit_before_processing = None
 
     async def commit(self, task_commits: list[object]) -> Committed:

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 OFFSET_FETCH = 9
 """OffsetFetch's API key."""
 UNSTABLE_OFFSET_COMMIT = 88
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
 TRY_AGAIN = {UNSTABLE_OFFSET_COMMIT, 14, 15, 16}
 """A transaction holds offsets of the partition; COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
 NOT_COORDINATOR (the coordinator is looked up again for each attempt)."""
@@ -138,7 +140,8 @@ async def fetch_committed(client: AIOKafkaClient, group_id: str, partitions: Ite
     if response.error_code in TRY_AGAIN:
         return Fetched(unstable=asked)
     if response.error_code != 0:
-        raise for_code(response.error_code)(f"fetching group {group_id}'s committed offsets")
+        refused = response.error_code == GROUP_AUTHORIZATION_FAILED  # named as runtime/kafka/authorization.py tells it
+        raise for_code(response.error_code)(group_id if refused else f"fetching group {group_id}'s committed offsets")
     fetched = Fetched()
     for name, answered, _ in response.topics:
         for partition, offset, _, _, code, _ in answered:
@@ -146,7 +149,8 @@ async def fetch_committed(client: AIOKafkaClient, group_id: str, partitions: Ite
             if code in TRY_AGAIN:
                 fetched.unstable.add(tp)
             elif code != 0:
-                raise for_code(code)(f"fetching group {group_id}'s committed offset of {tp}")
+                refused = code == TOPIC_AUTHORIZATION_FAILED
+                raise for_code(code)(tp.topic if refused else f"fetching group {group_id}'s committed offset of {tp}")
             else:
                 fetched.offsets[tp] = offset if offset >= 0 else None
     return fetched

@@ -69,6 +69,9 @@ UNKNOWN_MEMBER_ID = 25
 FENCED_INSTANCE_ID = 82
 INVALID_PRODUCER_EPOCH = 47
 PRODUCER_FENCED = 90
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 GROUP_MOVED_ON = {ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID}
 """The group coordinator's answers to a member whose generation is over: another owns its partitions now."""
 PRODUCER_MOVED_ON = {INVALID_PRODUCER_EPOCH, PRODUCER_FENCED}
@@ -210,7 +213,9 @@ async def _add_offsets_to_transaction(client: AIOKafkaClient, transaction: Trans
         code = response.error_code
         if code == 0:
             return
-        _raise_unless_transient(code, f"adding group {group_id}'s offsets to {transaction.transactional_id}")
+        _raise_unless_transient(
+            code, f"adding group {group_id}'s offsets to {transaction.transactional_id}", group_id, transaction
+        )
         await asyncio.sleep(BACKOFF_S)
     raise for_code(code)(f"adding group {group_id}'s offsets to the transaction: the coordinator kept answering so")
 
@@ -234,15 +239,18 @@ async def _commit_offsets(
             if code == 0:
                 pending.pop(tp, None)
             else:
-                _raise_unless_transient(code, f"committing {tp} for group {group.group_id} in generation "
-                                              f"{group.generation_id}")  # fmt: skip
+                doing = f"committing {tp} for group {group.group_id} in generation {group.generation_id}"
+                _raise_unless_transient(code, doing, group.group_id, transaction, tp.topic)
         if not pending:
             return
         await asyncio.sleep(BACKOFF_S)
     raise KafkaError(f"committing offsets for group {group.group_id}: the coordinator kept answering {codes}")
 
 
-def _raise_unless_transient(code: int, doing: str) -> None:
+def _raise_unless_transient(
+    code: int, doing: str, group_id: str, transaction: TransactionIdentity, topic: str | None = None
+) -> None:
+    """An authorization error names what was refused, as runtime/kafka/authorization.py tells it."""
     if code in TRY_AGAIN:
         log.debug("%s: the coordinator answered %s; trying again", doing, for_code(code).__name__)
         return
@@ -252,4 +260,9 @@ def _raise_unless_transient(code: int, doing: str) -> None:
     if code in GROUP_MOVED_ON:
         name = {FENCED_INSTANCE_ID: "FENCED_INSTANCE_ID"}.get(code, error.__name__)
         raise GroupMembershipLost(f"{doing}: the group has moved on ({name}); another worker owns the partitions")
-    raise error(doing)
+    named = {
+        TOPIC_AUTHORIZATION_FAILED: topic,
+        GROUP_AUTHORIZATION_FAILED: group_id,
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED: transaction.transactional_id,
+    }.get(code)
+    raise error(named if named is not None else doing)

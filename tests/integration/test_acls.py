@@ -169,7 +169,7 @@ MISSING = {
     "group": (("--operation", "Read", "--group", "{app}"), "Read on group '{app}'"),
     "transactional-id": (
         ("--operation", "Write", "--transactional-id", "{app}-", "--resource-pattern-type", "prefixed"),
-        "Write on transactional-id '{app}-[a-z-]+-0'",
+        "Write on transactional-id '{app}-[a-z0-9-]+'",
     ),
 }
 

@@ -263,6 +263,19 @@ class Worker:
         )
         return self._transactional()
 
+    async def _end_abandoned_transactions(self) -> None:
+        """The transactions dead workers left open under the slots free now, aborted by starting a producer with
+        each id: they would hold back read_committed readers until they time out."""
+        assert self._transactional_id is not None
+        for transactional_id in self._transactional_id.abandoned:
+            producer = self._clients.producer(transactional_id=transactional_id, client_id=transactional_id)
+            try:
+                await producer.start()
+            finally:
+                await producer.stop()
+            self._transactional_id.ended(transactional_id)
+            log.info("ended the transaction a stopped worker may have left open under %s", transactional_id)
+
     async def _run_clients(self, partition_counts: dict[str, int]) -> None:
         # Under exactly-once the worker's producer is transactional, or, on a broker without KIP-447, every
         # task has its own transactional producer instead.
@@ -278,6 +291,8 @@ class Worker:
                 log.info("the broker takes no TxnOffsetCommit v3 (KIP-447): every task gets its own transactional id")
                 await producer.stop()
                 producer, self._transactional = None, None
+            elif exactly_once:
+                await self._unless_stopped(self._end_abandoned_transactions())
             await self._unless_stopped(start_with_retries("consumer", bootstrap, consumer.start))
             try:
                 async with asyncio.TaskGroup() as group:

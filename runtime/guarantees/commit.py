@@ -21,11 +21,12 @@ appear as comments where each step is done):
      acknowledged them all, then commit the offsets through the consumer. The tasks go on
      processing meanwhile: outputs released after 1.4 belong to later offsets.
    - at-most-once: as at-least-once, but its offsets were committed before each batch was processed;
-   - exactly-once (`transactions.py`): for each task, hand its batches to its transactional
-     producer, wait until the broker acknowledged them, add its offsets to its transaction and commit
-     it, while the task still waits; a transaction that fails is aborted and its work redone from the
-     offsets committed before (when the broker refused an output, with that record's input going to
-     the processing policy).
+   - exactly-once (`worker_transaction.py`): with every task of the worker waiting in its turn, wait
+     until the broker acknowledged the worker's transactional producer's batches, add every task's
+     offsets to the transaction, with the group's generation, and commit it; a transaction that fails
+     is aborted and every task's work redone from the offsets committed before (when the broker refused
+     an output, with that record's input going to the processing policy). On a broker without KIP-447
+     (`transactions.py`), each task does the same with a transactional producer of its own.
 3. Post-commit, for each task whose commit succeeded, whatever the guarantee: the task keeps the stream
    time of the commit and forgets the broker's refusals of records below its offsets (`Task.committed`);
    its stores write their data together with the changelog offset it reaches (`TaskState.flush`), so a

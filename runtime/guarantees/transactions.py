@@ -1,6 +1,7 @@
-"""Exactly-once: step 2 of the commit protocol as one Kafka transaction per task.
+"""Exactly-once on a broker without KIP-447 (before Kafka 2.5): one Kafka transaction per task.
 
-aiokafka has no KIP-447, so every task has its own transactional producer with the stable id
+Such a broker cannot fence a zombie by its group generation (runtime/guarantees/worker_transaction.py does
+where it can), so every task has its own transactional producer with the stable id
 `{app}-{processor}-{partition}`: whoever owns the task next calls `init_transactions` with the same id
 and fences the previous owner. The committer owns these producers: it makes each with the task's
 outputs (`outputs_for`), starts it when it claims the task, and stops it when it releases the task.

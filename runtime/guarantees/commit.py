@@ -131,9 +131,9 @@ class CommitCycle:
                 self._post_commit(await self.committer.commit([task_commit]))  # 2, 3
 
     async def _commit_together(self, tasks: list[Task]) -> None:
-        """Every running task in its turn at once, then one commit. A task whose processor's flush failed
-        holds the others back: its outputs so far share their transaction, which cannot commit without its
-        offsets, so nothing is committed and the transaction stays open until the next commit."""
+        """Every running task in its turn at once, then one commit. A task that takes no part (its processor's
+        flush failed) holds the others back: its outputs so far share their transaction, which cannot commit
+        without its offsets, so nothing is committed and the transaction stays open until the next commit."""
         running = [task for task in tasks if task.running]
         async with contextlib.AsyncExitStack() as turns:
             for task in running:
@@ -143,6 +143,8 @@ class CommitCycle:
                 if isinstance(outcome, BaseException):
                     raise outcome
             prepared = [outcome for outcome in outcomes if isinstance(outcome, TaskCommit)]
+            if len(prepared) < len(running):  # a flush failed (1.1), or work in flight outlasted a stop (1.0)
+                return
             self._post_commit(await self.committer.commit(prepared))  # 2, 3
 
     async def commit_periodically(self, tasks: Callable[[], Iterable[Task]]) -> None:

@@ -239,3 +239,32 @@ async def test_step_3_tells_every_guarantees_task_what_is_durable(in_turn: bool)
     assert task.context._refused == {(IN, 0, 7): "too large"}
     assert task.context.latest_timestamp == 1_000
     assert log.index("committed a") < log.index("a flush stores")
+
+
+async def test_one_commit_for_the_worker_holds_every_running_task_whichever_it_was_asked_for() -> None:
+    """A revoke asks for the tasks leaving; one transaction per worker commits the others' work with theirs."""
+    log: Log = []
+    a, b = running_task("a", log), running_task("b", log)
+    committer = RecordingCommitter(log, commits_in_turn=True)
+    committer.commits_together = True
+    cycle = CommitCycle(committer, 60)
+    cycle.stop_timer()
+    await cycle.commit_periodically(lambda: [a, b])  # learns the worker's tasks, and returns, stopped
+
+    await cycle.commit([a])
+
+    assert [[c.task for c in commits] for commits in committer.task_commits] == [[a, b]]
+    assert log[-2:] == ["a flush stores", "b flush stores"]
+
+
+async def test_a_failed_flush_holds_back_the_commit_of_every_task_sharing_its_transaction() -> None:
+    log: Log = []
+    a, b = running_task("a", log), running_task("b", log)
+    committer = RecordingCommitter(log, commits_in_turn=True)
+    committer.commits_together = True
+    sink(b).failing = True  # under `skip`: its offsets wait until a flush succeeds
+
+    await CommitCycle(committer, 60).commit([a, b])
+
+    assert committer.task_commits == []
+    assert "a flush stores" not in log

@@ -38,6 +38,7 @@ from runtime.kafka.transactional_offsets import GroupMembershipLost, commit_offs
 from runtime.task.commits import CommitBeforeProcessing, TaskCommit
 from runtime.task.task import Task, TaskId
 from runtime.telemetry import Telemetry
+from runtime.telemetry.metrics import TASKS
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class WorkerTransaction:
         offsets = {tp: offset for task_commit in task_commits for tp, offset in task_commit.offsets.items()}
         started = time.monotonic()
         try:
-            with self._telemetry.tracer.span("commit transaction", {}):
+            with self._telemetry.tracer.span("commit transaction", {TASKS: [str(task.id) for task in tasks]}):
                 # Every batch acknowledged first: aiokafka commits a transaction without those refused.
                 await self._outputs.wait_acked()
                 await commit_offsets_in_transaction(self._outputs.producer, offsets, group_generation(self._consumer))
@@ -214,7 +215,7 @@ class WorkerTransaction:
             log.warning("the worker's transaction: %s; aborting it and redoing every task's work", why)
         self._counters.aborted_transactions += 1
         try:
-            with self._telemetry.tracer.span("abort transaction", {}):
+            with self._telemetry.tracer.span("abort transaction", {TASKS: [str(task.id) for task in tasks]}):
                 await self._drop_transaction()
         finally:
             for task in tasks:

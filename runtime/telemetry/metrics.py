@@ -35,6 +35,7 @@ Readiness = tuple[bool, bool]  # ready, Kafka unreachable
 PROCESSOR: Final = "kafka_actor.processor"
 COUNTER: Final = "kafka_actor.counter"
 TASK: Final = "kafka_actor.task"
+TASKS: Final = "kafka_actor.tasks"  # the tasks a worker's transaction holds
 # On every series: which app and which of its worker processes (0 to N-1 under --workers N) it comes from.
 APP_ID: Final = "kafka_actor.app_id"
 WORKER: Final = "kafka_actor.worker"

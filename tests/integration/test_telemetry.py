@@ -296,7 +296,7 @@ async def test_restores_and_transactions_have_spans_and_metrics(
     assert attributes["messaging.destination.name"] == changelog
     assert attributes["kafka_actor.restore.records"] == logged
     commits = [span for span in spans if span.name == "commit transaction"]
-    assert commits and all(dict(span.attributes or {})["kafka_actor.task"] == "count[0]" for span in commits)
+    assert commits and all(dict(span.attributes or {})["kafka_actor.tasks"] == ("count[0]",) for span in commits)
     assert all(span.status.status_code is StatusCode.UNSET for span in commits)
 
     values = point_values(reader)

@@ -7,9 +7,10 @@ which the group coordinator refuses once the group moved on, and every transacti
 carries all its tasks' offsets, so none commits without that check. A task's next owner starts from the
 offsets committed once no transaction holds them pending (runtime/kafka/stable_offsets.py).
 
-The transactional id is the worker's own for its life (`{app}-{group instance id}`, else a generated one):
-a crashed worker's open transaction is aborted by the coordinator after `transaction_timeout_ms`, until
-which readers of its outputs and its tasks' next owners wait.
+The transactional id is one a restart of the worker takes again (runtime/worker/transactional_ids.py: a
+static member's `{app}-{group instance id}`, else a slot of its state directory), so a restart's start aborts
+what the crashed worker left open; a worker under a new id leaves that to the coordinator, after
+`transaction_timeout_ms`, until which readers of its outputs and its tasks' next owners wait.
 
 A task that leaves with work in the open transaction (it failed, or was lost without a commit) spoils it
 for every task: it is aborted at once, and at the next commit, in every task's turn, aborted again and

@@ -134,10 +134,12 @@ class CommitCycle:
         """Every running task in its turn at once, then one commit. A task that takes no part (its processor's
         flush failed) holds the others back: its outputs so far share their transaction, which cannot commit
         without its offsets, so nothing is committed and the transaction stays open until the next commit."""
-        running = [task for task in tasks if task.running]
         async with contextlib.AsyncExitStack() as turns:
-            for task in running:
+            # Every task's turn, not only the running ones': a task that starts running meanwhile would write
+            # into the transaction between its commit and the next one's begin.
+            for task in tasks:
                 await turns.enter_async_context(task.commit_turn())
+            running = [task for task in tasks if task.running]
             outcomes = await asyncio.gather(*(task.prepare_commit() for task in running), return_exceptions=True)  # 1
             for outcome in outcomes:
                 if isinstance(outcome, BaseException):

@@ -93,6 +93,12 @@ class WorkerTransaction:
         self._rewind(task, committed)
 
     async def commit(self, task_commits: list[TaskCommit]) -> Committed:
+        """Under `_opening`: a task claimed meanwhile (assigned during the commit) starts once the next
+        transaction is open, not between this one's commit and that begin."""
+        async with self._opening:
+            return await self._commit(task_commits)
+
+    async def _commit(self, task_commits: list[TaskCommit]) -> Committed:
         tasks = [task_commit.task for task_commit in task_commits if task_commit.task in self._committed]
         if self._spoilt:
             await self._abort(tasks, "a task left with work in it")

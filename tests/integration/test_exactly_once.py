@@ -69,7 +69,7 @@ async def test_crash_loop_outputs_every_input_exactly_once(
 ) -> None:
     source, sink = topic_name("in"), topic_name("out")
     await create_topic(kafka_bootstrap, source, 4)
-    total = 35_000
+    total = 25_000
     await produce(kafka_bootstrap, source, numbered(total))
     app = eos_app(topic_name, source, sink, tmp_path, kafka_bootstrap)
     path = write_app(tmp_path, app)

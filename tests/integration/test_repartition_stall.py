@@ -31,7 +31,7 @@ REGIONS = ("eu", "us", "asia")
 WINDOW_MS, GRACE_MS = 1000, 2000
 SESSION = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
 PARTITIONS = 2
-FEED_S, KILL_AFTER_S, PER_TICK, TICK_S = 12.0, 2.5, 20, 0.05
+FEED_S, KILL_AFTER_S, PER_TICK, TICK_S = 10.0, 2.5, 20, 0.05
 
 
 def app(topic_name: TopicNamer, tmp_path: Path, bootstrap: str, views: str, totals: str, late: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ events twice. Then, as a user would:
    the events made here.
 2. `python -m runtime replay-jobs serve` in two worker processes, and one replay job per partition
    requested with `python -m runtime replay-jobs request`: the five days sent again to `activity-replays`.
-   One worker is killed -9 half-way through a job; the other takes the job over from the offset it
+   One worker is killed -9 in the middle of a job; the other takes the job over from the offset it
    reached. `activity-replays` must then hold every record of `activity` exactly once (read committed).
 3. `python -m runtime app.yaml --until-caught-up`: the de-duplication (seed 003's cache of event hashes)
    writes each event to `activity-unique` once, the repeats dropped.
@@ -90,13 +90,18 @@ def replay_jobs_through_a_kill(app_yaml: Path, app: AppConfig, env: dict[str, st
                                logs: Path, timeout_s: float) -> list[str]:  # fmt: skip
     workers = {name: _serve(app_yaml, env, name, logs) for name in ("worker-1", "worker-2")}
     try:
-        for partition in range(app.topics[topic].partitions):
-            command = _runtime("replay-jobs", "request", topic, "--app", str(app_yaml), "--partition", str(partition),
-                               "--to-topic", target, "--id", f"partition-{partition}")  # fmt: skip
-            subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True)
+        requests = [
+            _request_job(app_yaml, env, topic, partition, target) for partition in range(app.topics[topic].partitions)
+        ]
+        for request in requests:
+            _, stderr = request.communicate()
+            if request.returncode != 0:
+                return [f"a replay job's request failed: {stderr.decode().strip()}"]
         print(f"  requested {app.topics[topic].partitions} replay jobs, one per partition, of two workers")
         deadline = time.monotonic() + timeout_s
-        victim = asyncio.run(_half_way_job(app, env["KAFKA_BOOTSTRAP_SERVERS"], timeout_s))
+        victim = asyncio.run(
+            _job_under_way(app, env["KAFKA_BOOTSTRAP_SERVERS"], app.topics[topic].partitions, timeout_s)
+        )
         if victim is None:
             return ["no replay job was seen under way: nothing to kill"]
         assert victim.owner is not None
@@ -155,23 +160,36 @@ def deduplicated(app_yaml: Path, app: AppConfig, env: dict[str, str], unique: st
     return []
 
 
-async def _half_way_job(app: AppConfig, bootstrap: str, timeout_s: float) -> JobState | None:
-    """The first state of a job under way with at least half of its records still to read, as the jobs
-    topic gets it (a job takes a fraction of a second: the board follows the topic as the workers do)."""
+async def _job_under_way(app: AppConfig, bootstrap: str, jobs: int, timeout_s: float) -> JobState | None:
+    """The first state of a job under way with records still to read, as the jobs topic gets it (a job takes
+    a fraction of a second: the board follows the topic as the workers do); None once every job ended
+    without one seen, as a job of one batch (runtime/replay/scan.py) never shows one."""
     board = Board(Clients(app, bootstrap), app.replay_jobs_topic(), "demo")
     await board.start()
     following = asyncio.create_task(board.follow())
     try:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for state in list(board.jobs.values()):
-                if state.status is Status.ONGOING and state.share_read < 0.5:
+            states = list(board.jobs.values())
+            for state in states:
+                if state.status is Status.ONGOING and state.share_read < 1:
                     return state
+            if len(states) == jobs and all(state.status.ended for state in states):
+                return None
             await asyncio.sleep(0.002)
         return None
     finally:
         following.cancel()
         await board.stop()
+
+
+def _request_job(
+    app_yaml: Path, env: dict[str, str], topic: str, partition: int, target: str
+) -> subprocess.Popen[bytes]:
+    """`replay-jobs request` for one partition, started beside the others'."""
+    command = _runtime("replay-jobs", "request", topic, "--app", str(app_yaml), "--partition", str(partition),
+                       "--to-topic", target, "--id", f"partition-{partition}")  # fmt: skip
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
 def _jobs(app_yaml: Path, env: dict[str, str]) -> list[JobState]:

@@ -26,6 +26,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from runtime.replay.partitioners import DEFAULT, PARTITIONERS
 
 FETCH_MS = 500
+BATCH_RECORDS = 5_000
+"""Records read per batch at most: a replay job ships each batch as one transaction with its progress, so a
+worker killed in a job leaves at most this many records for its successor to read again."""
 
 
 class RangeGone(LookupError):
@@ -107,8 +110,8 @@ async def locate(consumer: AIOKafkaConsumer, what: Replay, partitions: int) -> S
 
 
 async def scan(consumer: AIOKafkaConsumer, what: Replay, span: Span, offset: int | None = None) -> AsyncIterator[Batch]:
-    """`span` read from `offset` (default: its start) a fetch at a time, the last batch marked `done`; a fetch
-    that brings nothing is an empty batch, so that its reader can do what it must between two."""
+    """`span` read from `offset` (default: its start) BATCH_RECORDS at most at a time, the last batch marked
+    `done`; a fetch that brings nothing is an empty batch, so that its reader can do what it must between two."""
     tp = TopicPartition(what.topic, span.partition)
     position = span.start if offset is None else offset
     if position >= span.end:
@@ -123,7 +126,7 @@ async def scan(consumer: AIOKafkaConsumer, what: Replay, span: Span, offset: int
     fresh = offset is None or offset == span.start
     while True:
         batch = Batch(next_offset=position)
-        for record in (await consumer.getmany(tp, timeout_ms=FETCH_MS)).get(tp, []):
+        for record in (await consumer.getmany(tp, timeout_ms=FETCH_MS, max_records=BATCH_RECORDS)).get(tp, []):
             if record.offset >= span.end or (what.end_ms is not None and record.timestamp >= what.end_ms):
                 if fresh and position == span.beginning:  # the oldest record the partition holds is past the range
                     await _check_not_gone(consumer, tp, what, span, record.timestamp)

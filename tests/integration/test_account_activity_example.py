@@ -15,4 +15,4 @@ def test_replays_and_deduplication_of_five_days_of_account_activity(
     kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
 ) -> None:
     path = renamed(account_activity.APP_YAML, topic_name, tmp_path / "state", ("output",))
-    assert account_activity.demo(path, kafka_bootstrap, 100_000, 100, seed=5, timeout_s=120) == []
+    assert account_activity.demo(path, kafka_bootstrap, 60_000, 100, seed=5, timeout_s=120) == []

@@ -13,7 +13,8 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from runtime.devkafka.jars import cache_root, kafka_version, require_tool
+from runtime.devkafka.jars import kafka_version, require_tool
+from stores.cache_dir import cache_root
 
 HERE = Path(__file__).resolve().parent
 KAFKA_STREAMS_PROJECT = HERE / "kafka_streams"

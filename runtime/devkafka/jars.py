@@ -11,6 +11,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from stores.cache_dir import cache_root
+
 INSTALL_HINT = (
     "a local Kafka broker needs Java 17+ and Maven: on Debian/Ubuntu run "
     "`apt-get install -y default-jdk-headless maven`, or set KAFKA_BOOTSTRAP_SERVERS "
@@ -31,13 +33,6 @@ def kafka_version() -> str:
     if match is None:
         raise DevKafkaError(f"{pom_path()} names no kafka.version")
     return match.group(1)
-
-
-def cache_root() -> Path:
-    """Where downloaded jars and the shell-started broker's data live (never in the repo)."""
-    configured = os.environ.get("RUNTIME_CACHE_DIR")
-    base = Path(configured) if configured else Path.home() / ".cache" / "kafka-actor-runtime"
-    return base
 
 
 def require_tool(name: str) -> str:

@@ -18,8 +18,9 @@ from pathlib import Path
 from runtime.devkafka.broker import LocalBroker, cluster_ready, port_is_free, process_alive, stop_process
 from runtime.devkafka.certificates import make_certificates
 from runtime.devkafka.cluster import LocalCluster
-from runtime.devkafka.jars import DevKafkaError, cache_root
+from runtime.devkafka.jars import DevKafkaError
 from runtime.devkafka.secured import ADMIN, CLIENT_LISTENERS, Security
+from stores.cache_dir import cache_root
 
 DEFAULT_PORT = 9092
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from runtime.devkafka import managed as dev_kafka
 from runtime.devkafka.broker import port_is_free
 from runtime.devkafka.certificates import make_certificates
-from runtime.devkafka.jars import cache_root
 from runtime.devpostgres.server import DevPostgresError, LocalPostgres, reachable_dir
+from stores.cache_dir import cache_root
 
 DEFAULT_PORT = 5432
 

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 from runtime.devkafka.broker import free_port, port_is_free, process_alive, stop_process
-from runtime.devkafka.jars import cache_root
 from runtime.devs3.server import LocalS3
+from stores.cache_dir import cache_root
 
 DEFAULT_PORT = 9000
 

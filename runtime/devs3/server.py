@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runtime.devkafka.broker import free_port, port_is_free, stop_process
-from runtime.devkafka.jars import cache_root
+from stores.cache_dir import cache_root
 
 if TYPE_CHECKING:
     from types_boto3_s3 import S3Client

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runtime.devkafka.broker import free_port, stop_process
-from runtime.devkafka.jars import DevKafkaError, cache_root, require_tool
+from runtime.devkafka.jars import DevKafkaError, require_tool
+from stores.cache_dir import cache_root
 
 BUILD = Path(__file__).parent / "registry"
 VERSION = "2.4.2.Final"

@@ -37,7 +37,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q -e ".[dev,spark]"
     touch "$stamp"
 fi
-# Resolve Kafka's jars now (from Maven Central, cached outside the repository), and build the schema
-# registry the tests start (Apicurio Registry, from Maven Central too).
+# Resolve Kafka's jars and the Spark jobs' S3A connector now (from Maven Central, cached outside the
+# repository), and build the schema registry the tests start (Apicurio Registry, from Maven Central too).
 .venv/bin/python -c "from runtime.devkafka.jars import resolve_jars; resolve_jars()"
+.venv/bin/python -c "from stores.spark.s3a_jars import s3a_jars; s3a_jars()"
 .venv/bin/python -c "from tests.support.schema_registry import registry_app; registry_app()"

@@ -10,11 +10,15 @@ from typing import Any, get_args
 
 from pydantic import ValidationError
 
+from stores.errors import StoreError
 from stores.kafka_security import KafkaSecurity, Mechanism, Protocol
 from stores.layout import StoreKind
+from stores.object_url import SCHEME
 from stores.replication import BROKER_DEFAULT
-from stores.snapshot import Manifest, SnapshotError
+from stores.snapshot import Manifest
 from stores.spark.changelog_seed import ChangelogSeed
+from stores.spark.s3a import S3ASettings
+from stores.spark.s3a_jars import S3AJarsUnavailable
 
 # The secrets of --security-protocol's settings: from the environment, never on a command line `ps` shows.
 SECRET_VARIABLES = {
@@ -30,7 +34,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitions", type=int, required=True, help="the store's (= its changelog's) partitions")
     parser.add_argument("--key-serde", default="msgpack")
     parser.add_argument("--value-serde", default="msgpack")
-    parser.add_argument("--out", required=True, help="the snapshot directory; must be absent or empty")
+    parser.add_argument(
+        "--out", required=True, help="the snapshot's directory or s3://bucket/prefix/name; must be absent or empty"
+    )
     parser.add_argument("--master", default=None, help="e.g. local[2]; default: spark-submit's or local[*]")
 
 
@@ -133,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     boot = commands.add_parser("bootstrap", help="build a store snapshot from Parquet, CSV, JSON or a JDBC table")
     boot.add_argument("--source", choices=("parquet", "csv", "json", "jdbc"), required=True)
-    boot.add_argument("--path", required=True, help="files to read; for jdbc the JDBC URL")
+    boot.add_argument(
+        "--path", required=True, help="files to read (a path, or s3://bucket/prefix with a glob); for jdbc the JDBC URL"
+    )
     boot.add_argument("--key-column", "--key-columns", dest="key_columns", action="append", required=True)
     boot.add_argument("--value-column", "--value-columns", dest="value_columns", action="append")
     boot.add_argument(
@@ -160,14 +168,20 @@ def build_parser() -> argparse.ArgumentParser:
     repart = commands.add_parser(
         "repartition", help="write a key-value store's snapshot at another partition count, for the same app"
     )
-    repart.add_argument("--snapshot", required=True, help="the snapshot directory to read (its manifest says the rest)")
+    repart.add_argument(
+        "--snapshot",
+        required=True,
+        help="the snapshot to read, a directory or s3://bucket/prefix/name (its manifest says the rest)",
+    )
     repart.add_argument("--partitions", type=int, required=True, help="the app's new partition count")
     repart.add_argument(
         "--input-key-serde",
         help="the key serde of the topic the store's processor reads (its repartition.key_serde when it "
         "repartitions); default: the store's key serde. Keys are placed where that topic's producer puts them",
     )
-    repart.add_argument("--out", required=True, help="the new snapshot's directory; must be absent or empty")
+    repart.add_argument(
+        "--out", required=True, help="the new snapshot's directory or s3://bucket/prefix/name; must be absent or empty"
+    )
     repart.add_argument("--master", default=None, help="e.g. local[2]; default: spark-submit's or local[*]")
     repart.add_argument("--bootstrap-servers", help="Kafka, for --seed-changelog")
     _seed_options(repart, "created with --partitions partitions; needs --bootstrap-servers")
@@ -201,12 +215,26 @@ def _covers(manifest: Manifest) -> str:
     return f", covering {manifest.changelog_topic} up to {manifest.changelog_offsets}"
 
 
+def object_store(*locations: str | None) -> S3ASettings | None:
+    """The object store the environment names (as for boto3), when a location is in a bucket."""
+    if not any(location and location.startswith(SCHEME) for location in locations):
+        return None
+    settings = S3ASettings.from_environment(os.environ)
+    print(f"s3:// locations: {settings.describe()}", file=sys.stderr)
+    return settings
+
+
 def _repartition(args: argparse.Namespace, security: KafkaSecurity) -> None:
     from stores.spark.repartition import repartition
     from stores.spark.session import spark_session
 
     seed = _seed(args)
-    spark = spark_session(f"repartition {args.snapshot}", args.master, kafka=seed is not None)
+    spark = spark_session(
+        f"repartition {args.snapshot}",
+        args.master,
+        kafka=seed is not None,
+        object_store=object_store(args.snapshot, args.out),
+    )
     try:
         moved = repartition(
             spark,
@@ -260,7 +288,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"topic {args.topic_offsets} has {len(topic_offsets[1])} partitions, "
                         f"expected --partitions {args.partitions}"
                     )
-            spark = spark_session(f"bootstrap {args.app}/{args.store}", args.master, kafka=seed is not None)
+            spark = spark_session(
+                f"bootstrap {args.app}/{args.store}",
+                args.master,
+                kafka=seed is not None,
+                object_store=object_store(args.path, args.out),
+            )
             try:
                 frame = read_source(spark, args.source, args.path, _options(args.option))
                 boot = bootstrap(
@@ -289,7 +322,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             from stores.spark.snapshot import snapshot
 
-            spark = spark_session(f"snapshot {args.app}/{args.store}", args.master, kafka=True)
+            spark = spark_session(
+                f"snapshot {args.app}/{args.store}", args.master, kafka=True, object_store=object_store(args.out)
+            )
             try:
                 snap = snapshot(
                     spark,
@@ -310,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"snapshot {args.app}/{args.store}: {snap.records_read} changelog records read, "
                 f"{snap.rows_written} rows written to {args.out}, offsets {snap.manifest.changelog_offsets}"
             )
-    except (SnapshotError, ValueError) as exc:
+    except (StoreError, S3AJarsUnavailable, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

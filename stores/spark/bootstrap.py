@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from stores.kafka_security import KafkaSecurity
 from stores.serdes import resolve_serde
-from stores.snapshot import Manifest, SnapshotError, finish_snapshot
+from stores.snapshot import Manifest, snapshot_manifest
 from stores.spark.changelog_seed import ChangelogSeed, empty_changelog, seed_changelog
 from stores.spark.partitioning import KeyValue, place_and_sort, write_ssts
+from stores.spark.s3a import spark_path
 from stores.spark.snapshot import PLAINTEXT
+from stores.spark.snapshot_place import SnapshotPlace
 
 SOURCES = ("parquet", "csv", "json", "jdbc")
 
@@ -33,7 +33,8 @@ class BootstrapResult:
 
 
 def read_source(spark: Any, source: str, path: str, options: dict[str, str] | None = None) -> Any:
-    """A DataFrame of `source`; for jdbc `path` is the URL and `options` hold dbtable, user, password."""
+    """A DataFrame of `source`; for jdbc `path` is the URL and `options` hold dbtable, user, password.
+    Files in a bucket (`s3://bucket/prefix`) are read through Hadoop's S3A connector, as `s3a://`."""
     reader = spark.read
     if source == "csv":
         reader = reader.option("header", "true").option("inferSchema", "true")
@@ -43,7 +44,7 @@ def read_source(spark: Any, source: str, path: str, options: dict[str, str] | No
         return reader.format("jdbc").option("url", path).load()
     if source not in SOURCES:
         raise ValueError(f"unknown source '{source}'; one of {', '.join(SOURCES)}")
-    return reader.format(source).load(path)
+    return reader.format(source).load(spark_path(path))
 
 
 def encode_rows(
@@ -84,11 +85,10 @@ def bootstrap(
     `seed`, a changelog and its cluster, also writes the rows into the store's changelog,
     which must be empty, so the changelog stays the full truth (a later changelog snapshot, or a
     restore without snapshots, then has every bootstrapped key); the manifest covers those records.
-    `security` is how the job reaches that cluster.
+    `security` is how the job reaches that cluster. `out` is a directory or `s3://bucket/prefix/name`.
     """
-    out_dir = Path(out)
-    if (out_dir / "manifest.json").exists() or (out_dir.exists() and any(out_dir.iterdir())):
-        raise SnapshotError(f"output directory {out_dir} is not empty")
+    place = SnapshotPlace.of(out)
+    place.require_empty()
     missing = [name for name in (*key_columns, *(value_columns or ())) if name not in frame.columns]
     if missing:
         raise ValueError(f"columns {missing} are not in the source; it has {frame.columns}")
@@ -106,20 +106,18 @@ def bootstrap(
         encode_rows, key_columns=list(key_columns), value_columns=values, key_serde=key_serde, value_serde=value_serde
     )
     pairs = frame.select(*key_columns, *values).rdd.mapPartitions(counted).mapPartitions(encode)
-    out_dir.mkdir(parents=True, exist_ok=True)
     placed = place_and_sort(pairs, partitions)
     if seed is not None:
         empty_changelog(seed, partitions, security)
         placed = placed.cache()  # written twice: SSTs and changelog
     try:
-        written = write_ssts(placed, out_dir)
+        written = write_ssts(placed, place)
         if seed is not None:
             topic_offsets = (seed.topic, seed_changelog(spark, placed, seed.bootstrap_servers, seed.topic, security))
     except Exception:
-        shutil.rmtree(out_dir, ignore_errors=True)
+        place.discard()
         raise
-    manifest = finish_snapshot(
-        out_dir,
+    manifest = snapshot_manifest(
         written,
         app=app,
         store=store,
@@ -129,4 +127,5 @@ def bootstrap(
         changelog_topic=topic_offsets[0] if topic_offsets else None,
         changelog_offsets=topic_offsets[1] if topic_offsets else None,
     )
+    place.commit(manifest)
     return BootstrapResult(rows_read=rows_read.value, rows_written=sum(manifest.row_counts.values()), manifest=manifest)

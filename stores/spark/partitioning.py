@@ -7,13 +7,12 @@ Kafka's murmur2: store partition p then holds exactly the keys a producer sends 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from stores.partitioner import partition_for
-from stores.snapshot import PartitionWritten, write_partition
+from stores.snapshot import PartitionWritten
+from stores.spark.snapshot_place import SnapshotPlace
 
 KeyValue = tuple[bytes, bytes]
 PlacedKeyValue = tuple[tuple[int, bytes], bytes]
@@ -50,12 +49,12 @@ def _without_partition(row: PlacedKeyValue) -> KeyValue:
     return key, value
 
 
-def write_ssts(sorted_pairs: Any, snapshot_dir: str | os.PathLike[str]) -> list[PartitionWritten]:
-    """Each Spark task writes its partition's SST into `snapshot_dir` (a path every executor shares)."""
-    task = functools.partial(_write_partition, snapshot_dir=str(Path(snapshot_dir).resolve()))
+def write_ssts(sorted_pairs: Any, place: SnapshotPlace) -> list[PartitionWritten]:
+    """Each Spark task writes its partition's SST into `place` (a directory every executor shares, or a bucket)."""
+    task = functools.partial(_write_partition, place=place)
     written: list[PartitionWritten] = sorted_pairs.mapPartitionsWithIndex(task).collect()
     return sorted(written, key=lambda result: result.partition)
 
 
-def _write_partition(index: int, rows: Iterator[KeyValue], snapshot_dir: str) -> Iterator[PartitionWritten]:
-    yield write_partition(snapshot_dir, index, ((bytes(key), bytes(value)) for key, value in rows))
+def _write_partition(index: int, rows: Iterator[KeyValue], place: SnapshotPlace) -> Iterator[PartitionWritten]:
+    yield place.write_partition(index, ((bytes(key), bytes(value)) for key, value in rows))

@@ -12,21 +12,18 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from stores.kafka_security import KafkaSecurity
 from stores.partitioner import partition_for
-from stores.rocksdb import RocksDBBackend
 from stores.serdes import resolve_serde
-from stores.snapshot import Manifest, SnapshotError, finish_snapshot, ingest_partition, read_manifest, verify_checksums
+from stores.snapshot import Manifest, SnapshotError, snapshot_manifest
 from stores.spark.changelog_seed import ChangelogSeed, empty_changelog, seed_changelog
 from stores.spark.partitioning import KeyValue, PlacedKeyValue, sort_where_placed, write_ssts
 from stores.spark.snapshot import PLAINTEXT
+from stores.spark.snapshot_place import SnapshotPlace
 
 
 @dataclass(frozen=True)
@@ -62,19 +59,6 @@ class Placement:
             yield (partition_for(topic.serialize(store.deserialize(key)), self.partitions), key), value
 
 
-def read_partition(partition: int, snapshot_dir: str) -> Iterator[KeyValue]:
-    """One partition's rows, read through a scratch database that ingests its SST (rocksdict has no
-    SST reader); the ingest checks the file against the manifest's checksum."""
-    manifest = read_manifest(snapshot_dir)
-    with tempfile.TemporaryDirectory(prefix="repartition-") as scratch:
-        backend = RocksDBBackend(scratch)
-        try:
-            ingest_partition(backend, snapshot_dir, manifest, partition)
-            yield from backend.items()
-        finally:
-            backend.close()
-
-
 def repartition(
     spark: Any,
     *,
@@ -85,47 +69,45 @@ def repartition(
     seed: ChangelogSeed | None = None,
     security: KafkaSecurity = PLAINTEXT,
 ) -> RepartitionResult:
-    """The snapshot at `snapshot_dir` written at `partitions` into `out`, for the same app and store.
+    """The snapshot at `snapshot_dir` written at `partitions` into `out`, for the same app and store; each
+    is a directory or `s3://bucket/prefix/name`.
 
     `input_key_serde` is the key serde of the topic the store's processor reads (default: the store's).
     The new manifest covers no changelog record: the old changelog's offsets mean nothing at the new
     count. With `seed` the rows also go into the new changelog (created at `partitions`, or empty),
     and the manifest covers them.
     """
-    source = Path(snapshot_dir).resolve()
-    manifest = read_manifest(source)
+    source = SnapshotPlace.of(snapshot_dir)
+    manifest = source.read_manifest()
     if manifest.kind != "key_value":
         raise SnapshotError(
-            f"snapshot {source} is of a {manifest.kind} store: only key-value stores are re-partitioned "
+            f"snapshot {source.describe()} is of a {manifest.kind} store: only key-value stores are re-partitioned "
             "(a window or session store's keys hold their windows, and its stream time is a partition's)"
         )
     if partitions < 1:
         raise ValueError(f"--partitions must be at least 1, got {partitions}")
-    out_dir = Path(out)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise SnapshotError(f"output directory {out_dir} is not empty")
-    verify_checksums(source, manifest)
+    place = SnapshotPlace.of(out)
+    place.require_empty()
+    source.require_files(manifest)
     placement = Placement(partitions, manifest.key_serde, input_key_serde or manifest.key_serde)
     placement.check()
     rows = spark.sparkContext.parallelize(range(manifest.partitions), manifest.partitions)
-    rows = rows.flatMap(functools.partial(read_partition, snapshot_dir=str(source)))
+    rows = rows.flatMap(functools.partial(source.read_partition, manifest))
     placed = sort_where_placed(rows.mapPartitions(placement.place), partitions)
     changelog_topic: str | None = None
     changelog_offsets: dict[int, int] | None = None
     if seed is not None:
         empty_changelog(seed, partitions, security)
         placed = placed.cache()  # written twice: SSTs and changelog
-    out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        written = write_ssts(placed, out_dir)
+        written = write_ssts(placed, place)
         if seed is not None:
             changelog_topic = seed.topic
             changelog_offsets = seed_changelog(spark, placed, seed.bootstrap_servers, seed.topic, security)
     except Exception:
-        shutil.rmtree(out_dir, ignore_errors=True)
+        place.discard()
         raise
-    new = finish_snapshot(
-        out_dir,
+    new = snapshot_manifest(
         written,
         app=manifest.app,
         store=manifest.store,
@@ -135,6 +117,7 @@ def repartition(
         changelog_topic=changelog_topic,
         changelog_offsets=changelog_offsets,
     )
+    place.commit(new)
     return RepartitionResult(
         rows_read=sum(manifest.row_counts.values()), rows_written=sum(new.row_counts.values()), manifest=new
     )

@@ -7,6 +7,9 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from stores.spark.s3a import S3ASettings
+from stores.spark.s3a_jars import s3a_jars
+
 KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
 """Spark's Kafka source; its version must equal pyspark's (pinned in the `spark` extra)."""
 
@@ -23,8 +26,12 @@ jar is added by URL instead; the source uses only its config helpers, unchanged 
 SECRET_OPTIONS = r"(?i)secret|password|token|access[.]key|url|jaas|keystore|key[.]password"
 
 
-def spark_session(app_name: str, master: str | None = None, *, kafka: bool = False) -> SparkSession:
-    """`master=None` leaves the master to spark-submit (or Spark's default, local[*])."""
+def spark_session(
+    app_name: str, master: str | None = None, *, kafka: bool = False, object_store: S3ASettings | None = None
+) -> SparkSession:
+    """`master=None` leaves the master to spark-submit (or Spark's default, local[*]). With `object_store`
+    the session reads `s3a://` paths (the connector's jars are resolved on first use) and its tasks reach
+    the same store; the jars join the driver's classpath only when this call starts the JVM."""
     # The local SparkContext takes its workers' interpreter from the environment only.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
@@ -39,10 +46,14 @@ def spark_session(app_name: str, master: str | None = None, *, kafka: bool = Fal
         .config("spark.sql.redaction.options.regex", SECRET_OPTIONS)
         .config("spark.redaction.regex", SECRET_OPTIONS)
     )
+    jars: list[str] = []
     if kafka:
-        builder = (
-            builder.config("spark.jars.packages", KAFKA_PACKAGE)
-            .config("spark.jars.excludes", TOKEN_PROVIDER)
-            .config("spark.jars", TOKEN_PROVIDER_JAR)
-        )
+        builder = builder.config("spark.jars.packages", KAFKA_PACKAGE).config("spark.jars.excludes", TOKEN_PROVIDER)
+        jars.append(TOKEN_PROVIDER_JAR)
+    if object_store is not None:
+        jars.extend(str(jar) for jar in s3a_jars())
+        for name, value in object_store.spark_conf().items():
+            builder = builder.config(name, value)
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
     return builder.getOrCreate()

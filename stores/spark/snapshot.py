@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -20,9 +18,10 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from stores.kafka_security import KafkaSecurity, aiokafka_options
 from stores.layout import StoreKind
-from stores.snapshot import Manifest, SnapshotError, SnapshotMismatch, finish_snapshot
+from stores.snapshot import Manifest, SnapshotError, SnapshotMismatch, snapshot_manifest
 from stores.spark.kafka_options import spark_kafka_options
 from stores.spark.partitioning import sort_where_placed, write_ssts
+from stores.spark.snapshot_place import SnapshotPlace
 
 PLAINTEXT = KafkaSecurity()
 
@@ -116,11 +115,11 @@ def snapshot(
     kind: StoreKind = "key_value",
     security: KafkaSecurity = PLAINTEXT,
 ) -> SnapshotResult:
-    """The records are copied as they are: a window or session store's keys keep their layout, and
-    `kind` goes into the manifest, so the runtime ingests the snapshot only into a store of that kind."""
-    out_dir = Path(out)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise SnapshotError(f"output directory {out_dir} is not empty")
+    """`out` is a directory or `s3://bucket/prefix/name`. The records are copied as they are: a window or
+    session store's keys keep their layout, and `kind` goes into the manifest, so the runtime ingests the
+    snapshot only into a store of that kind."""
+    place = SnapshotPlace.of(out)
+    place.require_empty()
     end_offsets = changelog_end_offsets(bootstrap_servers, topic, security)
     if len(end_offsets) != partitions:
         raise SnapshotMismatch(f"changelog {topic} has {len(end_offsets)} partitions, expected partitions={partitions}")
@@ -128,16 +127,14 @@ def snapshot(
     records_read = records.count()
     # A changelog record's partition is its store partition: no rehashing.
     placed = sort_where_placed(latest_values(records), partitions)
-    out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        written = write_ssts(placed, out_dir)
+        written = write_ssts(placed, place)
     except Exception:
-        shutil.rmtree(out_dir, ignore_errors=True)
+        place.discard()
         raise
     finally:
         records.unpersist()
-    manifest = finish_snapshot(
-        out_dir,
+    manifest = snapshot_manifest(
         written,
         app=app,
         store=store,
@@ -148,4 +145,5 @@ def snapshot(
         changelog_offsets=end_offsets,
         kind=kind,
     )
+    place.commit(manifest)
     return SnapshotResult(records_read=records_read, rows_written=sum(manifest.row_counts.values()), manifest=manifest)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 
 from runtime.commands import reset
 from runtime.devkafka import LocalBroker
+from runtime.devs3.server import LocalS3
 from runtime.worker.worker import Worker
 from stores import BufferedKeyValueStore, ReadOnlyView
 from stores.partitioner import partition_for
@@ -23,8 +26,10 @@ from stores.rocksdb import RocksDBBackend
 from stores.serdes import JsonSerde, StrSerde
 from stores.snapshot import ingest_partition, read_manifest, validate, verify_checksums
 from stores.spark.__main__ import main
+from stores.spark.bootstrap import bootstrap, read_source
 from stores.spark.changelog_seed import ChangelogSeed
 from stores.spark.repartition import repartition
+from stores.spark.s3a import S3ASettings
 from stores.spark.session import spark_session
 from stores.spark.snapshot import snapshot
 from tests.conftest import TopicNamer
@@ -58,9 +63,11 @@ def _stop_spark_after_module() -> Iterator[None]:
 
 
 @pytest.fixture
-def spark(_stop_spark_after_module: None) -> Any:
-    """The active session, made again if a test stopped it (the CLI stops the session it used)."""
-    session = spark_session("stores-spark-integration-tests", "local[2]", kafka=True)
+def spark(_stop_spark_after_module: None, object_store: LocalS3) -> Any:
+    """The active session, made again if a test stopped it (the CLI stops the session it used). It reaches
+    the session's object store, through S3A (whose jars join the classpath only when the JVM starts)."""
+    reaching = S3ASettings.from_environment(object_store.environment())
+    session = spark_session("stores-spark-integration-tests", "local[2]", kafka=True, object_store=reaching)
     session.sparkContext.setLogLevel("ERROR")
     return session
 
@@ -394,3 +401,61 @@ def test_the_snapshot_job_reads_a_changelog_over_a_secured_listener(
     assert code == 0
     manifest = read_manifest(out)
     assert (manifest.changelog_offsets, sum(manifest.row_counts.values())) == ({0: 10}, 4)
+
+
+def test_the_jobs_read_and_write_a_bucket_and_the_runtime_restores_from_it(
+    spark: Any,
+    kafka_bootstrap: str,
+    topic_name: TopicNamer,
+    tmp_path: Path,
+    object_store: LocalS3,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Bootstrap reads JSON lines from the bucket through S3A and writes its snapshot there; repartition
+    reads that one and writes another at 4 partitions, each task uploading its SST and the driver putting
+    the manifest last; the runtime restores from the bucket at 4. A job failing half-way leaves no manifest,
+    and the runtime passes over what it wrote."""
+    for name, value in object_store.environment().items():
+        monkeypatch.setenv(name, value)
+    bucket = f"spark-{uuid.uuid4().hex[:12]}"
+    object_store.create_bucket(bucket)
+    client = object_store.client()
+    balances = {f"account-{n}": n * 10 for n in range(40)}
+    lines = "".join(json.dumps({"account": account, "balance": b}) + "\n" for account, b in balances.items())
+    client.put_object(Bucket=bucket, Key="dumps/good/part-0.json", Body=lines.encode())
+    repeated = lines + json.dumps({"account": "account-7", "balance": 1}) + "\n"
+    client.put_object(Bucket=bucket, Key="dumps/repeated/part-0.json", Body=repeated.encode())
+    app_id, source, sink = topic_name("app"), topic_name("in"), topic_name("out")
+    snapshots = f"s3://{bucket}/snapshots"
+
+    def load(dump: str, out: str) -> None:
+        frame = read_source(spark, "json", f"s3://{bucket}/dumps/{dump}/*.json")
+        bootstrap(spark, frame, key_columns=["account"], value_columns=["balance"], app=app_id, store=STORE,
+                  partitions=2, key_serde="msgpack", value_serde="msgpack", out=out)  # fmt: skip
+
+    with pytest.raises(Exception, match="repeated"):
+        load("repeated", f"{snapshots}/{STORE}/failed")
+    left = [entry["Key"] for entry in client.list_objects_v2(Bucket=bucket, Prefix="snapshots/").get("Contents", [])]
+    assert not [key for key in left if key.endswith("manifest.json")], left
+
+    load("good", f"s3://{bucket}/at-2/{STORE}/first")
+    # The command line, in the same session: it says which store the environment names, without its secret.
+    assert main(["repartition", "--master=local[2]", f"--snapshot=s3://{bucket}/at-2/{STORE}/first",
+                 "--partitions=4", f"--out={snapshots}/{STORE}/at-4"]) == 0  # fmt: skip
+    printed = capfd.readouterr()
+    assert f"object store at {object_store.endpoint}" in printed.err
+    assert object_store.secret_key not in printed.out + printed.err
+
+    anyio.run(create_topic, kafka_bootstrap, source, 4)
+    restored = anyio.run(restore_only, snapshot_app(app_id, source, sink, tmp_path / "state", snapshots, 4),
+                         kafka_bootstrap)  # fmt: skip
+    assert restored.counters.snapshot_rows == len(balances)
+    expected: dict[int, list[tuple[bytes, bytes]]] = {partition: [] for partition in range(4)}
+    for account, balance in balances.items():
+        key = msgpack.packb(account)
+        expected[partition_for(key, 4)].append((key, msgpack.packb(balance)))
+    contents = store_contents(tmp_path / "state", app_id, 4)
+    assert {partition: rows for partition, (rows, _) in contents.items()} == {
+        partition: sorted(rows) for partition, rows in expected.items()
+    }

@@ -23,7 +23,7 @@ Change = tuple[bytes, bytes | None]
 
 
 def snapshot_app(
-    app_id: str, source: str, sink: str, state_dir: Path, snapshots: Path | None, partitions: int = PARTITIONS
+    app_id: str, source: str, sink: str, state_dir: Path, snapshots: Path | str | None, partitions: int = PARTITIONS
 ) -> dict[str, Any]:
     app: dict[str, Any] = {
         "app_id": app_id,

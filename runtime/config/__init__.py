@@ -4,7 +4,7 @@ One module per section (`kafka`, `topics`, `stores`, `processors`), the whole ap
 across sections in `app`, and reading a file in `loading`.
 """
 
-from runtime.config.app import AppConfig, ErrorPolicy, ErrorsConfig, Guarantee, QueueConfig
+from runtime.config.app import AppConfig, ErrorPolicy, ErrorsConfig, Guarantee, QueueConfig, Rebalance
 from runtime.config.common import ConfigError, known_serde, known_topic_serde
 from runtime.config.internal_topics import InternalTopicsConfig
 from runtime.config.kafka import KafkaConfig
@@ -24,6 +24,7 @@ __all__ = [
     "KafkaConfig",
     "ProcessorConfig",
     "QueueConfig",
+    "Rebalance",
     "SnapshotsConfig",
     "StoreConfig",
     "TopicConfig",

@@ -36,6 +36,14 @@ class Guarantee(StrEnum):
     EXACTLY_ONCE = "exactly_once"
 
 
+class Rebalance(StrEnum):
+    """How the group moves partitions when its members change: cooperative stops only the tasks that move
+    (docs/configuration.md's `rebalance`), eager stops every task of every member at each change."""
+
+    COOPERATIVE = "cooperative"
+    EAGER = "eager"
+
+
 class ErrorPolicy(StrEnum):
     FAIL = "fail"
     SKIP = "skip"
@@ -73,6 +81,7 @@ class AppConfig(Strict):
     processors: list[ProcessorConfig] = Field(min_length=1)
     global_stores: dict[str, GlobalStoreConfig] = Field(default_factory=dict)
     guarantee: Guarantee = Guarantee.AT_LEAST_ONCE
+    rebalance: Rebalance = Rebalance.COOPERATIVE
     commit_interval_ms: int | None = Field(default=None, ge=1, le=INT32_MAX)
     transaction_timeout_ms: int = Field(default=10_000, ge=1000)
     queue: QueueConfig = Field(default_factory=QueueConfig)

@@ -31,7 +31,7 @@ RUNTIME_CONTROLLED: dict[str, str] = {
     "loop": "the runtime's event loop is used",
     "enable_auto_commit": "offsets are committed by the runtime, when the guarantee allows",
     "isolation_level": "the runtime reads read_committed (changelogs and exactly-once rely on it)",
-    "partition_assignment_strategy": "the runtime assigns by range, which keeps co-partitioned inputs together",
+    "partition_assignment_strategy": "the runtime's assignors keep co-partitioned inputs together (see `rebalance`)",
     "key_deserializer": "records are decoded by the topics' serdes",
     "value_deserializer": "records are decoded by the topics' serdes",
     "key_serializer": "records are encoded by the topics' serdes",

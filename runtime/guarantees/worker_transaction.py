@@ -111,7 +111,7 @@ class WorkerTransaction:
             with self._telemetry.tracer.span("commit transaction", {TASKS: [str(task.id) for task in tasks]}):
                 # Every batch acknowledged first: aiokafka commits a transaction without those refused.
                 await self._outputs.wait_acked()
-                await commit_offsets_in_transaction(self._outputs.producer, offsets, group_generation(self._consumer))
+                await self._commit_offsets(offsets)
                 await self._outputs.producer.commit_transaction()
         except (*FENCED, GroupMembershipLost) as error:
             return await self._taken_over(tasks, error)
@@ -133,6 +133,21 @@ class WorkerTransaction:
                 self._committed[task_commit.task].update(task_commit.offsets)
         await self._begin()
         return Committed(task_commits)
+
+    async def _commit_offsets(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """With the member's generation as the offsets leave. A cooperative rebalance goes on while the tasks
+        commit: when the member joined the next generation as they went, the coordinator refuses them by the
+        old one, and they go again with the new one (the member still owns them: no partition moves before
+        its owner revoked it). A member dropped from the group, or that joined as another, loses its tasks."""
+        sent = group_generation(self._consumer)
+        try:
+            await commit_offsets_in_transaction(self._outputs.producer, offsets, sent)
+        except GroupMembershipLost:
+            now = group_generation(self._consumer)
+            if now.member_id != sent.member_id or now.generation_id <= sent.generation_id:
+                raise
+            log.info("the group moved to generation %d as the offsets went: sending them with it", now.generation_id)
+            await commit_offsets_in_transaction(self._outputs.producer, offsets, now)
 
     async def release(self, task: Task) -> None:
         """A task leaving after its final commit leaves nothing behind; one leaving with work in the open

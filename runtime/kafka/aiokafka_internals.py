@@ -6,7 +6,9 @@ cannot parse from failing the rest of its fetch (runtime/kafka/unparseable.py); 
 position without awaiting (runtime/worker/unfetched.py); fill a batch through the compiled builder
 inside it (runtime/kafka/outputs.py); learn a topic's partitions before subscribing to it
 (runtime/worker/worker.py); read a batch the client cannot parse (runtime/kafka/record_batches.py); commit a
-transaction's offsets with the consumer's generation (runtime/kafka/transactional_offsets.py).
+transaction's offsets with the consumer's generation (runtime/kafka/transactional_offsets.py); rebalance
+cooperatively (runtime/kafka/cooperative_coordinator.py): the two steps of a rebalance taken over from the
+group coordinator aiokafka builds, and the fetch positions of the partitions a worker keeps carried over.
 So every access to an aiokafka attribute whose name starts with `_`, and every import from a module
 aiokafka does not document, is here: the one module to check when aiokafka is upgraded. `RELIED_ON`
 names what they need, and tests/unit/test_aiokafka_internals.py fails when the installed aiokafka
@@ -24,12 +26,14 @@ from typing import Any
 
 from aiokafka import AIOKafkaClient, AIOKafkaConsumer, AIOKafkaProducer, TopicPartition, cluster
 from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
+from aiokafka.consumer import consumer as consumer_module
 from aiokafka.consumer import fetcher
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.consumer.subscription_state import Assignment, Subscription, SubscriptionState, TopicPartitionState
 from aiokafka.coordinator import protocol as group_protocol
 from aiokafka.producer.message_accumulator import BatchBuilder
 from aiokafka.producer.transaction_manager import TransactionManager
+from aiokafka.protocol.group import JoinGroupRequest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.util import calc_crc32c
 
@@ -87,6 +91,22 @@ RELIED_ON: tuple[tuple[type, str], ...] = (
     (GroupCoordinator, "generation"),
     (GroupCoordinator, "member_id"),
     (GroupCoordinator, "_group_instance_id"),
+    (GroupCoordinator, "_send_req"),
+    (JoinGroupRequest, "_group_protocols"),
+    (GroupCoordinator, "_on_join_prepare"),
+    (GroupCoordinator, "_on_join_complete"),
+    (GroupCoordinator, "_subscription"),
+    (GroupCoordinator, "_assignors"),
+    (GroupCoordinator, "_group_subscription"),
+    (GroupCoordinator, "_lookup_assignor"),
+    (GroupCoordinator, "_stop_commit_offsets_refresh_task"),
+    (GroupCoordinator, "start_commit_offsets_refresh_task"),
+    (GroupCoordinator, "request_rejoin"),
+    (SubscriptionState, "assign_from_subscribed"),
+    (SubscriptionState, "listener"),
+    (Assignment, "tps"),
+    (Assignment, "_tp_state"),
+    (TopicPartitionState, "_assignment"),
     (AIOKafkaProducer, "client"),
     (AIOKafkaProducer, "_txn_manager"),
     (TransactionManager, "transactional_id"),
@@ -323,3 +343,124 @@ def offsets_added_to_transaction(producer: AIOKafkaProducer, group_id: str) -> N
     if manager is None:
         raise TypeError("the producer is not transactional")
     manager.consumer_group_added(group_id)
+
+
+NO_GENERATION = -1
+"""0.14.0 `GroupCoordinator.generation` while the consumer is in no generation: never joined, or dropped."""
+
+
+class RebalanceSteps(GroupCoordinator):  # type: ignore[misc]
+    """0.14.0 `GroupCoordinator`, with the two steps of a rebalance under public names for a subclass to take
+    over: `prepare_join` before the member joins (aiokafka's `_on_join_prepare`: revoke every partition) and
+    `complete_join` once the group's leader assigned it partitions (`_on_join_complete`). As they are, they
+    are aiokafka's own.
+
+    It also joins once per rebalance whatever the number of protocols offered: 0.14.0's
+    `CoordinatorGroupRebalance.perform_group_join` sends a JoinGroup after adding each assignor's protocol
+    (its loop over them encloses the send), so a consumer offering two joins with the first alone, then
+    again with both; the leader's second join starts another rebalance, and the group never settles.
+    The first JoinGroup of a join carries every protocol, and the next ones of the same join are answered
+    with its response, unsent."""
+
+    _joined: tuple[list[tuple[str, bytes]], Any] | None = None
+    """The protocols list of the last JoinGroup accepted, with the response; the next ones share the list."""
+
+    async def _send_req(self, request: Any) -> Any:
+        if not isinstance(request, JoinGroupRequest):
+            return await GroupCoordinator._send_req(self, request)
+        protocols = request._group_protocols
+        if self._joined is not None and self._joined[0] is protocols:
+            return self._joined[1]
+        named = {name for name, _ in protocols}
+        topics = self._subscription.subscription.topics
+        for assignor in self._assignors:
+            if assignor.name not in named:
+                protocols.append((assignor.name, assignor.metadata(topics).encode()))
+        response = await GroupCoordinator._send_req(self, request)
+        if response.error_code == 0:
+            self._joined = (protocols, response)
+        return response
+
+    async def _on_join_prepare(self, previous_assignment: Any) -> None:
+        await self.prepare_join(previous_assignment)
+
+    async def _on_join_complete(
+        self, generation: int, member_id: str, protocol: str, member_assignment_bytes: bytes
+    ) -> None:
+        await self.complete_join(protocol, ConsumerProtocolMemberAssignment.decode(member_assignment_bytes))
+
+    async def prepare_join(self, previous_assignment: Any) -> None:
+        """`previous_assignment`: aiokafka's assignment of the generation before, None at the first join."""
+        await revoke_all_before_join(self, previous_assignment)
+
+    async def complete_join(self, protocol: str, assignment: Any) -> None:
+        await GroupCoordinator._on_join_complete(self, self.generation, self.member_id, protocol, assignment.encode())
+
+
+async def revoke_all_before_join(coordinator: GroupCoordinator, previous_assignment: Any) -> None:
+    """0.14.0 `GroupCoordinator._on_join_prepare`: the eager protocol's step: every partition revoked, and
+    no record handed over until the next assignment."""
+    await GroupCoordinator._on_join_prepare(coordinator, previous_assignment)
+
+
+def forget_group_subscription(coordinator: GroupCoordinator) -> None:
+    """0.14.0 `GroupCoordinator._group_subscription`: the topics the group subscribed to, which the leader
+    learns again at each join (aiokafka's `_on_join_prepare` forgets them as well)."""
+    coordinator._group_subscription = None
+
+
+def assignors(coordinator: GroupCoordinator) -> tuple[Any, ...]:
+    """0.14.0 `GroupCoordinator._assignors`: the consumer's `partition_assignment_strategy`."""
+    return tuple(coordinator._assignors)
+
+
+def assignor_named(coordinator: GroupCoordinator, protocol: str) -> Any:
+    """0.14.0 `GroupCoordinator._lookup_assignor`: the assignor of the protocol the group chose."""
+    assignor = coordinator._lookup_assignor(protocol)
+    if assignor is None:
+        raise TypeError(f"the group chose protocol {protocol!r}, which this consumer did not offer")
+    return assignor
+
+
+def rebalance_listener(coordinator: GroupCoordinator) -> Any:
+    """0.14.0 `GroupCoordinator._subscription`'s listener: what `subscribe` was given, None if nothing."""
+    return coordinator._subscription.listener
+
+
+def assigned_partitions(coordinator: GroupCoordinator) -> frozenset[TopicPartition]:
+    """0.14.0 `GroupCoordinator._subscription`: the partitions of the consumer's assignment now."""
+    return frozenset(coordinator._subscription.assigned_partitions())
+
+
+def assign_keeping(
+    coordinator: GroupCoordinator, partitions: frozenset[TopicPartition], kept: frozenset[TopicPartition]
+) -> Any:
+    """0.14.0 `SubscriptionState.assign_from_subscribed`, whose new `Assignment` starts every partition at its
+    committed offset: the `kept` ones take their state over from the assignment before instead (their fetch
+    position, pause and high watermark), in the same step, before the fetcher sees the new assignment.
+    Records fetched for the old assignment and not handed over yet are dropped by the fetcher, and fetched
+    again from the kept position. Returns the new assignment."""
+    subscription = coordinator._subscription
+    before = subscription.subscription.assignment if subscription.subscription is not None else None
+    carried = {tp: before.state_value(tp) for tp in kept} if before is not None else {}
+    subscription.assign_from_subscribed(set(partitions))
+    after = subscription.subscription.assignment
+    for tp, state in carried.items():
+        if state is not None and tp in after.tps:
+            state._assignment = after
+            after._tp_state[tp] = state
+    return after
+
+
+async def refresh_committed_for(coordinator: GroupCoordinator, assignment: Any) -> None:
+    """0.14.0 `GroupCoordinator._stop_commit_offsets_refresh_task`: the task that fetches committed offsets
+    follows the new assignment, as aiokafka's `_on_join_complete` has it."""
+    await coordinator._stop_commit_offsets_refresh_task()
+    coordinator.start_commit_offsets_refresh_task(assignment)
+
+
+def build_group_coordinators_as(coordinator_class: type[RebalanceSteps]) -> None:
+    """0.14.0 `aiokafka.consumer.consumer.GroupCoordinator`: the class `AIOKafkaConsumer.start` builds for a
+    consumer with a group, which it offers no way to choose. Replaced for the whole process: a subclass of
+    `RebalanceSteps` that acts as aiokafka's own unless its group chose a protocol it knows better."""
+    consumer_module.GroupCoordinator = coordinator_class

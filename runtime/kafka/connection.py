@@ -17,8 +17,10 @@ from aiokafka.errors import (
     KafkaError,
 )
 
-from runtime.config import AppConfig, ConfigError, Guarantee, KafkaConfig
+from runtime.config import AppConfig, ConfigError, Guarantee, KafkaConfig, Rebalance
 from runtime.kafka.authorization import AUTHORIZATION_ERRORS
+from runtime.kafka.cooperative_coordinator import use_cooperative_coordinators
+from runtime.kafka.group_assignor import Membership, assignors
 from runtime.kafka.outages import OUTAGES
 from runtime.kafka.refusals import REPORTED, Refusal, describe, hint, is_refusal
 from runtime.kafka.security import client_security
@@ -118,11 +120,13 @@ class Clients:
     def consumer(self, **overrides: Any) -> AIOKafkaConsumer:
         return AIOKafkaConsumer(**self.consumer_options(**overrides), **self._security)
 
-    def group_consumer(self, partitions: int, assignor: RangePartitionAssignor | None = None) -> AIOKafkaConsumer:
-        """`assignor`: a range assignor of this worker's own (one that tells the group its query address)."""
+    def group_consumer(self, partitions: int, membership: Membership) -> AIOKafkaConsumer:
+        """The app's group's consumer, which offers `cooperative-sticky` first unless `rebalance: eager`, then
+        `range`; `membership` is what this worker tells the group as it joins, and what it learns back."""
         options = self.group_consumer_options(partitions)
-        if assignor is not None:
-            options["partition_assignment_strategy"] = (assignor,)
+        cooperative = self._config.rebalance is Rebalance.COOPERATIVE
+        options["partition_assignment_strategy"] = assignors(membership, cooperative)
+        use_cooperative_coordinators()
         return AIOKafkaConsumer(**options, **self._security)
 
     def group_consumer_options(self, partitions: int) -> dict[str, Any]:

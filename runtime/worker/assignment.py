@@ -15,12 +15,13 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
-from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka import TopicPartition
 
 from runtime.config import AppConfig, Guarantee, ProcessorConfig
 from runtime.counters import Counters
 from runtime.errors import StopAfterCommit, TaskLost
 from runtime.guarantees.commit import CommitCycle
+from runtime.kafka.cooperative_coordinator import HoldingListener
 from runtime.kafka.outages import OUTAGES
 from runtime.log_fields import CURRENT_TASK
 from runtime.state.task_state import TaskState
@@ -38,7 +39,7 @@ LOST = "lost"
 Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 
 
-class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
+class Assignment(HoldingListener):
     def __init__(
         self,
         config: AppConfig,
@@ -80,6 +81,11 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
         except Exception as error:
             self._outcome.fail(error, "giving back the revoked partitions")
 
+    def held(self) -> set[TopicPartition]:
+        """Under a cooperative rebalance, what this worker tells the group it still runs: a task taken over
+        (its commit was refused) holds nothing, and the group hands its partitions out again."""
+        return {tp for task in list(self.tasks.values()) if not task.lost for tp in task.inputs}
+
     async def stop_actors(self, deadline: StopDeadline) -> None:
         """The worker stops: every task's batch in flight has until the shutdown timeout to end; those
         still running then are named as abandoned and cancelled."""
@@ -108,6 +114,7 @@ class Assignment(ConsumerRebalanceListener):  # type: ignore[misc]
 
     def _assign(self, assigned: set[TopicPartition]) -> None:
         self._counters.assignments += 1
+        self._backpressure.forget(assigned)  # a task taken over held them until now
         by_partition: dict[int, set[TopicPartition]] = defaultdict(set)
         for tp in assigned:
             by_partition[tp.partition].add(tp)

@@ -24,7 +24,7 @@ from aiokafka import TopicPartition
 from processors.serdes import Serde
 from runtime.config import AppConfig
 from runtime.health import FORWARDED, QueryRequest, Reply
-from runtime.kafka.query_routing import RoutingAssignor
+from runtime.kafka.group_assignor import Membership
 from runtime.state.task_state import TaskState
 from runtime.task.task import Task, TaskId, TaskPhase
 from stores.partitioner import partition_for
@@ -69,7 +69,8 @@ class StoreQueries:
     """The answers to `/stores/NAME/KEY` and `/stores/NAME?prefix=P`, given from the health server's threads."""
 
     def __init__(self, config: AppConfig, address: str, timeout_s: float, max_items: int):
-        self.assignor = RoutingAssignor(address)
+        self.membership = Membership(address)
+        self._address = address
         self._config = config
         self._timeout_s = timeout_s
         self._max_items = max_items
@@ -77,7 +78,7 @@ class StoreQueries:
 
     @property
     def address(self) -> str:
-        return self.assignor.address
+        return self._address
 
     def attach(self, session: Session) -> None:
         self._session = session
@@ -160,7 +161,7 @@ class StoreQueries:
         return Reply(HTTPStatus.OK, body | {"truncated": truncated})
 
     def _owner(self, store: QueriedStore, partition: int) -> str:
-        owners = self.assignor.owners
+        owners = self.membership.owners
         if owners is None:
             raise unavailable(
                 f"the group is rebalancing: partition {partition} of store '{store.name}' has no owner now"

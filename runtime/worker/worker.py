@@ -36,6 +36,7 @@ from runtime.kafka.aiokafka_internals import consumer_client, producer_client
 from runtime.kafka.authorization import Authorization
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.election import Election, Singleton
+from runtime.kafka.group_assignor import Membership
 from runtime.kafka.outages import OUTAGES, report_outages
 from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import Limits
@@ -282,7 +283,8 @@ class Worker:
         exactly_once = self.config.guarantee is Guarantee.EXACTLY_ONCE
         producer = self._worker_transactional_producer() if exactly_once else self._clients.producer()
         partitions = sum(partition_counts[topic] for topic in self.config.input_topics())
-        consumer = self._clients.group_consumer(partitions, self.queries.assignor if self.queries is not None else None)
+        membership = self.queries.membership if self.queries is not None else Membership()
+        consumer = self._clients.group_consumer(partitions, membership)
         failures = self._failure_handler()
         bootstrap = self._clients.bootstrap_servers
         try:  # the producer stopped however far its start got

@@ -24,6 +24,7 @@ OFFERED = {
     "aiokafka.admin.config_resource": {"ConfigResource", "ConfigResourceType"},  # what describe_configs takes
     "aiokafka.client": {"AIOKafkaClient", "CoordinationType"},  # exported; what its coordinator_lookup takes
     "aiokafka.coordinator.assignors.range": {"RangePartitionAssignor"},  # for partition_assignment_strategy
+    "aiokafka.coordinator.assignors.abstract": {"AbstractPartitionAssignor"},  # what that strategy's assignors are
     "aiokafka.producer.message_accumulator": {"BatchBuilder"},  # documented: what create_batch returns
 }
 """Names in aiokafka's other modules that its public methods take or return."""

@@ -22,7 +22,8 @@ from runtime.commands.query import main as query_command
 from runtime.config import ConfigError, parse_app
 from runtime.devkafka.broker import free_port
 from runtime.health import FORWARDED, HealthServer, Probes, QueryEndpoint, QueryRequest, Reply
-from runtime.kafka.query_routing import RoutingAssignor, decoded_owners
+from runtime.kafka.group_assignor import GroupAssignor, Membership
+from runtime.kafka.query_routing import decoded_owners
 from runtime.task.task import TaskId, TaskPhase
 from runtime.worker.store_queries import Session, StoreQueries
 from stores.memory import MemoryBackend
@@ -46,18 +47,16 @@ def member(address: str | None) -> ConsumerProtocolMemberMetadata:
 
 
 def test_the_leader_hands_every_member_the_owner_of_every_partition() -> None:
-    leader = RoutingAssignor("a:1")
-    assert leader.metadata(["in"]).user_data == b'{"address": "a:1"}'
+    leader = GroupAssignor(Membership("a:1"))
+    assert json.loads(leader.metadata(["in"]).user_data) == {"address": "a:1", "owned": {}}
     assignments = leader.assign(Cluster(), {"m1": member("a:1"), "m2": member("b:2"), "m3": member(None)})
     assert {a.user_data for a in assignments.values()} == {assignments["m1"].user_data}, "one map for all"
     owners = decoded_owners(assignments["m2"].user_data)
     # Range over m1, m2, m3: two partitions for m1's address, one for m2's; m3 gave none, so owns none here.
     assert owners == {("in", 0): "a:1", ("in", 1): "a:1", ("in", 2): "b:2"}
-    follower = RoutingAssignor("b:2")
+    follower = GroupAssignor(Membership("b:2"))
     follower.on_assignment(assignments["m2"])
-    assert follower.owners == owners
-    follower.metadata(["in"])  # the next join: a rebalance runs
-    assert follower.owners is None
+    assert follower.membership.owners == owners
 
 
 def test_a_leader_without_queries_leaves_every_key_owned_by_none() -> None:
@@ -133,7 +132,7 @@ async def test_a_key_of_this_worker_is_read_on_its_loop_with_the_offsets_of_its_
     queries = StoreQueries(app(tmp_path, {}), HERE, 5.0, 10)
     tasks = {TaskId("count", p): running_task(p, store, 17)}
     queries.attach(Session(asyncio.get_running_loop(), cast(Any, tasks), {"in": 4, "prices": 4}, {}))
-    queries.assignor.owners = {("in", partition): HERE for partition in range(4)}
+    queries.membership.owners = {("in", partition): HERE for partition in range(4)}
 
     reply = await ask(queries, "/stores/counts/user-1")
     assert reply == Reply(HTTPStatus.OK, {
@@ -156,11 +155,11 @@ async def test_who_answers_a_key_this_worker_does_not_own(tmp_path: Path) -> Non
 
     rebalancing = await ask(queries, "/stores/counts/user-1")
     assert rebalancing.status == HTTPStatus.SERVICE_UNAVAILABLE and "rebalancing" in rebalancing.body["error"]
-    queries.assignor.owners = {}
+    queries.membership.owners = {}
     assert (await ask(queries, "/stores/counts/user-1")).status == HTTPStatus.SERVICE_UNAVAILABLE
 
     with OwnerServer() as (owner, asked):
-        queries.assignor.owners = {("in", p): owner}
+        queries.membership.owners = {("in", p): owner}
         routed = await ask(queries, "/stores/counts/user-1")
         assert routed == Reply(HTTPStatus.OK, {"worker": owner})
         assert asked == [("/stores/counts/user-1", HERE)], "asked once, saying it asks on another's behalf"
@@ -292,7 +291,7 @@ async def test_a_prefix_is_read_from_every_partition_each_with_its_offsets(tmp_p
     queries = StoreQueries(app(tmp_path, {}), HERE, 5.0, 10)
     tasks = {TaskId("count", p): running_task(p, stores[p], 100 + p) for p in range(4)}
     queries.attach(Session(asyncio.get_running_loop(), cast(Any, tasks), {"in": 4, "prices": 4}, {}))
-    queries.assignor.owners = {("in", p): HERE for p in range(4)}
+    queries.membership.owners = {("in", p): HERE for p in range(4)}
 
     reply = await ask(queries, "/stores/counts", prefix="user-")
     assert reply.status == HTTPStatus.OK
@@ -303,7 +302,7 @@ async def test_a_prefix_is_read_from_every_partition_each_with_its_offsets(tmp_p
     assert [(p["partition"], p["offsets"][0]["offset"]) for p in reply.body["partitions"]] == [
         (p, 100 + p) for p in range(4)
     ]
-    queries.assignor.owners = {("in", p): HERE for p in range(3)}
+    queries.membership.owners = {("in", p): HERE for p in range(3)}
     missing = await ask(queries, "/stores/counts", prefix="user-")
     assert missing.status == HTTPStatus.SERVICE_UNAVAILABLE, "a partition owned by nobody: no partial answer"
 

@@ -1,0 +1,150 @@
+"""Cooperative rebalancing (KIP-429) on the classic group protocol: a rebalance stops only what moves.
+
+aiokafka rebalances eagerly: before joining, a member revokes every partition, and after the join it is
+assigned its whole new set, so every task stops for every change of the group's members. Once the group
+chose `cooperative-sticky` (runtime/kafka/group_assignor.py), this coordinator instead:
+
+- before the join revokes nothing: the tasks go on processing and committing what they hold, and the
+  member tells the leader what it still runs (`Membership.owned`);
+- after the join revokes only what the assignment took away, assigns only what it added, and keeps the
+  fetch position of everything else (runtime/kafka/aiokafka_internals.py's `assign_keeping`);
+- when it revoked anything, rejoins at once: the leader handed those partitions to no one, and the second
+  round hands them to their new owner.
+
+A member dropped from the group (its generation reset) may have lost what it held to another: it revokes
+everything before joining again, as does a member of a group that chose `range` (a group with a worker
+that offers nothing else), and the first join of all.
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+
+from runtime.kafka.aiokafka_internals import (
+    NO_GENERATION,
+    RebalanceSteps,
+    assign_keeping,
+    assigned_partitions,
+    assignor_named,
+    assignors,
+    build_group_coordinators_as,
+    forget_group_subscription,
+    rebalance_listener,
+    refresh_committed_for,
+    revoke_all_before_join,
+)
+from runtime.kafka.group_assignor import COOPERATIVE_STICKY, GroupAssignor, Membership
+
+log = logging.getLogger(__name__)
+
+
+class HoldingListener(ConsumerRebalanceListener, abc.ABC):  # type: ignore[misc]
+    """A rebalance listener that knows which partitions it still runs tasks of: a task dropped since the
+    last rebalance (its commit was refused) holds nothing, and its partitions are not reported as owned."""
+
+    @abc.abstractmethod
+    def held(self) -> set[TopicPartition]: ...
+
+
+@dataclass(frozen=True)
+class Handover:
+    """What a cooperative rebalance's assignment changes for one member."""
+
+    revoked: frozenset[TopicPartition]
+    """Assigned before and not now: given back (none of them is anyone else's yet)."""
+    kept: frozenset[TopicPartition]
+    """Still running, and assigned again: their tasks and fetch positions stay."""
+    added: frozenset[TopicPartition]
+    """Assigned now and not running here: their tasks start."""
+    rejoin: bool
+    """It gave back what it had reported owning: the leader withheld those from their new owner until then."""
+
+
+def handover(
+    unrevoked: frozenset[TopicPartition], owned: frozenset[TopicPartition], assigned: frozenset[TopicPartition]
+) -> Handover:
+    """`unrevoked`: the partitions assigned and not revoked before the join (none after an eager one);
+    `owned`: those the member reported running as it joined."""
+    kept = owned & assigned
+    return Handover(unrevoked - assigned, kept, assigned - kept, bool(owned - assigned))
+
+
+class CooperativeCoordinator(RebalanceSteps):
+    """aiokafka's group coordinator, cooperative while the group's protocol is `cooperative-sticky`."""
+
+    protocol: str | None = None
+    """The protocol of the group's generation this member is in; None before its first join."""
+    unrevoked: frozenset[TopicPartition] = frozenset()
+
+    async def prepare_join(self, previous_assignment: Any) -> None:
+        membership = self.membership()
+        if membership is None or not self.cooperative_now() or previous_assignment is None:
+            await revoke_all_before_join(self, previous_assignment)
+            self.unrevoked = frozenset()
+            if membership is not None:
+                membership.owned, membership.owners = frozenset(), None
+            return
+        forget_group_subscription(self)
+        self.unrevoked = assigned_partitions(self)
+        listener = rebalance_listener(self)
+        held = listener.held() if isinstance(listener, HoldingListener) else self.unrevoked
+        membership.owned = frozenset(held) & self.unrevoked
+        log.info(
+            "rejoining group %s: revoking nothing, %d partitions keep running", self.group_id, len(membership.owned)
+        )
+
+    async def complete_join(self, protocol: str, assignment: Any) -> None:
+        membership = self.membership()
+        if membership is None:
+            await super().complete_join(protocol, assignment)
+            return
+        assigned = frozenset(assignment.partitions())
+        change = handover(self.unrevoked, membership.owned, assigned)
+        log.info(
+            "joined group %s (generation %s, %s): kept %d partitions, revoked %s, added %s",
+            self.group_id,
+            self.generation,
+            protocol,
+            len(change.kept),
+            sorted(change.revoked),
+            sorted(change.added),
+        )
+        listener = rebalance_listener(self)
+        if listener is not None and change.revoked:  # first: their final commit needs them still assigned
+            await self._tell(listener.on_partitions_revoked(set(change.revoked)), "on_partitions_revoked")
+        new_assignment = assign_keeping(self, assigned, change.kept)
+        assignor_named(self, protocol).on_assignment(assignment)
+        await refresh_committed_for(self, new_assignment)
+        self.protocol, self.unrevoked, membership.owned = protocol, frozenset(), assigned
+        if listener is not None:
+            await self._tell(listener.on_partitions_assigned(set(change.added)), "on_partitions_assigned")
+        if change.rejoin:
+            self.request_rejoin()
+
+    def cooperative_now(self) -> bool:
+        """The group's generation is cooperative and this member is still in it."""
+        return self.protocol == COOPERATIVE_STICKY and self.generation != NO_GENERATION
+
+    def membership(self) -> Membership | None:
+        """The runtime's membership, shared by the assignors it offers; None in a consumer it did not build."""
+        return next((a.membership for a in assignors(self) if isinstance(a, GroupAssignor)), None)
+
+    async def _tell(self, call: Any, what: str) -> None:
+        """As aiokafka does: a listener's failure is logged, and the rebalance goes on."""
+        try:
+            if inspect.isawaitable(call):
+                await call
+        except Exception:
+            log.exception("the rebalance listener of group %s failed in %s", self.group_id, what)
+
+
+def use_cooperative_coordinators() -> None:
+    """Every consumer with a group builds a `CooperativeCoordinator`: aiokafka's own unless it offers
+    `cooperative-sticky` and its group chose it."""
+    build_group_coordinators_as(CooperativeCoordinator)

@@ -1,0 +1,189 @@
+"""How the app's group divides its input partitions: one design, offered under two protocol names.
+
+Every member joins with user data that says what it owns and where its store queries are answered
+(`{"address": ..., "owned": {topic: [partitions]}}`); the leader hands every member the owners map, from
+query address to partitions, in the assignment's user data (runtime/kafka/query_routing.py).
+
+Partition N of every input goes to one worker (co-partitioned inputs meet there, docs/design.md's walk of
+a record), so both assignors deal in partition numbers, "units", not in topic partitions:
+
+- `cooperative-sticky` (KIP-429): each member keeps what it owns up to its balanced share; the rest goes
+  to those below theirs. A partition that moves is not handed to its new owner while its old owner still
+  reports it: the old owner only loses it, revokes it and rejoins, and the second round hands it over.
+- `range`: what the runtime always used, and what a worker that knows no other offers: a group of old
+  and new workers agrees on it, and uses `cooperative-sticky` once every member offers it.
+
+Under either, a partition another member still reports owning is handed to no one: the round after its
+owner revoked it hands it over.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from aiokafka import TopicPartition
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+
+from runtime.kafka.aiokafka_internals import (
+    ClusterMetadata,
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
+from runtime.kafka.query_routing import Owners, decoded_owners, encoded_owners
+
+COOPERATIVE_STICKY = "cooperative-sticky"
+RANGE = "range"
+VERSION = 0
+
+
+@dataclass
+class Membership:
+    """What this worker tells the group at each join, and what the group told it back."""
+
+    address: str | None = None
+    """Where this worker answers store queries; None without queries."""
+    owned: frozenset[TopicPartition] = frozenset()
+    """The partitions it still runs tasks of as it joins (the group coordinator sets them before each join)."""
+    owners: Owners | None = field(default=None)
+    """The owners map of the last assignment; None while a rebalance took this worker's partitions away."""
+
+    def user_data(self) -> bytes:
+        owned: dict[str, list[int]] = defaultdict(list)
+        for tp in sorted(self.owned):
+            owned[tp.topic].append(tp.partition)
+        return json.dumps({"address": self.address, "owned": owned}).encode()
+
+
+@dataclass(frozen=True)
+class MemberReport:
+    """What a member joined with, as the leader reads it."""
+
+    topics: frozenset[str]
+    address: str | None
+    owned: frozenset[TopicPartition]
+
+
+def member_report(metadata: ConsumerProtocolMemberMetadata) -> MemberReport:
+    """A member's subscription and user data; a member that sent none, or none this runtime reads (a plain
+    range assignor's), has no address and owns nothing."""
+    try:
+        data = json.loads(metadata.user_data or b"null")
+    except ValueError:
+        data = None
+    data = data if isinstance(data, dict) else {}
+    address = data.get("address")
+    owned = data.get("owned")
+    tps = (
+        frozenset(TopicPartition(topic, int(p)) for topic, partitions in owned.items() for p in partitions)
+        if isinstance(owned, dict)
+        else frozenset()
+    )
+    return MemberReport(frozenset(metadata.subscription), address if isinstance(address, str) else None, tps)
+
+
+class GroupAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
+    """Both protocols' common part: the user data each member joins with, and the owners map handed back."""
+
+    name = RANGE
+    version = VERSION
+
+    def __init__(self, membership: Membership):
+        self.membership = membership
+
+    def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
+        return ConsumerProtocolMemberMetadata(self.version, sorted(topics), self.membership.user_data())
+
+    def assign(
+        self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
+    ) -> dict[str, ConsumerProtocolMemberAssignment]:
+        reports = {member: member_report(metadata) for member, metadata in members.items()}
+        counts = {
+            topic: len(cluster.partitions_for_topic(topic) or ())
+            for report in reports.values()
+            for topic in report.topics
+        }
+        assigned = {
+            member: tps - others_own(reports, member)  # what another member still runs waits for its revoke
+            for member, tps in self.divide(counts, reports).items()
+        }
+        owners = encoded_owners({reports[member].address: by_topic(tps).items() for member, tps in assigned.items()})
+        return {
+            member: ConsumerProtocolMemberAssignment(self.version, sorted(by_topic(tps).items()), owners)
+            for member, tps in assigned.items()
+        }
+
+    def divide(self, counts: Mapping[str, int], reports: Mapping[str, MemberReport]) -> dict[str, set[TopicPartition]]:
+        """Range: the members in order of their id, each a run of partition numbers, the first ones one more."""
+        members = sorted(reports)
+        units = sorted(range(max(counts.values(), default=0)))
+        share, extra = divmod(len(units), len(members))
+        assigned: dict[str, set[TopicPartition]] = {}
+        start = 0
+        for index, member in enumerate(members):
+            length = share + (1 if index < extra else 0)
+            assigned[member] = unit_partitions(units[start : start + length], reports[member].topics, counts)
+            start += length
+        return assigned
+
+    def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
+        self.membership.owners = decoded_owners(assignment.user_data)
+
+
+class CooperativeStickyAssignor(GroupAssignor):
+    """Sticky and balanced: a member keeps what it owns, so a rebalance moves only what balance needs."""
+
+    name = COOPERATIVE_STICKY
+
+    def divide(self, counts: Mapping[str, int], reports: Mapping[str, MemberReport]) -> dict[str, set[TopicPartition]]:
+        units = list(range(max(counts.values(), default=0)))
+        owner_of: dict[int, str] = {}
+        for member in sorted(reports, key=lambda m: (-len(reports[m].owned), m)):  # a unit claimed twice: the
+            for tp in sorted(reports[member].owned):  # member that owns more keeps it
+                if tp.partition < len(units):
+                    owner_of.setdefault(tp.partition, member)
+        kept = sticky_shares(units, sorted(reports), owner_of)
+        return {member: unit_partitions(kept[member], reports[member].topics, counts) for member in reports}
+
+
+def others_own(reports: Mapping[str, MemberReport], member: str) -> set[TopicPartition]:
+    return set().union(*(report.owned for other, report in reports.items() if other != member))
+
+
+def sticky_shares(units: list[int], members: list[str], owner_of: Mapping[int, str]) -> dict[str, list[int]]:
+    """Each member's balanced share of the units: what it owned first, up to its share; the members that own
+    most take the shares one larger; the units left go, in order, to the members below their share."""
+    share, extra = divmod(len(units), len(members))
+    owned: dict[str, list[int]] = {member: [] for member in members}
+    for unit in units:
+        if owner_of.get(unit) in owned:
+            owned[owner_of[unit]].append(unit)
+    by_claim = sorted(members, key=lambda m: (-len(owned[m]), m))
+    quota = {member: share + (1 if index < extra else 0) for index, member in enumerate(by_claim)}
+    kept = {member: owned[member][: quota[member]] for member in members}
+    taken = {unit for units_kept in kept.values() for unit in units_kept}
+    free = [unit for unit in units if unit not in taken]
+    for member in sorted(members, key=lambda m: (len(kept[m]), m)):
+        while len(kept[member]) < quota[member]:
+            kept[member].append(free.pop(0))
+    return kept
+
+
+def unit_partitions(units: Iterable[int], topics: Iterable[str], counts: Mapping[str, int]) -> set[TopicPartition]:
+    """Partition N of every topic the member subscribes to that has one."""
+    return {TopicPartition(topic, unit) for unit in units for topic in topics if unit < counts.get(topic, 0)}
+
+
+def by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    partitions: dict[str, list[int]] = defaultdict(list)
+    for tp in sorted(tps):
+        partitions[tp.topic].append(tp.partition)
+    return dict(partitions)
+
+
+def assignors(membership: Membership, cooperative: bool) -> tuple[GroupAssignor, ...]:
+    """The protocols this worker offers, preferred first: both, or `range` alone (`rebalance: eager`)."""
+    plain = GroupAssignor(membership)
+    return (CooperativeStickyAssignor(membership), plain) if cooperative else (plain,)

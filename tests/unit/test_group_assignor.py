@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from types import SimpleNamespace
 
+import pytest
 from aiokafka import TopicPartition
+from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
 
+from runtime.kafka.aiokafka_internals import assign_keeping
 from runtime.kafka.cooperative_coordinator import handover
 from runtime.kafka.group_assignor import (
     COOPERATIVE_STICKY,
@@ -20,6 +24,8 @@ from runtime.kafka.group_assignor import (
     member_report,
 )
 from runtime.kafka.query_routing import decoded_owners
+
+pytestmark = pytest.mark.anyio
 
 TOPICS = ("orders", "payments")  # co-partitioned: partition N of both meet on one worker
 
@@ -155,3 +161,21 @@ def test_a_partition_whose_task_was_taken_over_starts_again_when_assigned_again(
     assert (change.revoked, change.kept, change.added, change.rejoin) == (tps(), tps(0), tps(1), False)
     change = handover(unrevoked=tps(0, 1), owned=tps(0), assigned=tps(0))
     assert (change.revoked, change.rejoin) == (tps(1), False), "given back, and no one waited for it"
+
+
+async def test_a_kept_partition_keeps_its_fetch_position_and_pause_across_the_new_assignment() -> None:
+    """aiokafka's new assignment starts every partition over from its committed offset; a kept one does not."""
+    state = SubscriptionState()
+    state.subscribe({"orders"})
+    state.assign_from_subscribed(set(tps(0, 1, 2)))
+    for partition in (0, 1, 2):
+        state.seek(TopicPartition("orders", partition), 40 + partition)
+    state.pause(TopicPartition("orders", 0))
+    coordinator = SimpleNamespace(_subscription=state)  # what assign_keeping reads of a coordinator
+    after = assign_keeping(coordinator, tps(0, 1, 3), kept=tps(0, 1))
+    assert after is state.subscription.assignment and after.tps == tps(0, 1, 3)
+    kept = [after.state_value(TopicPartition("orders", p)) for p in (0, 1)]
+    assert [s.position for s in kept] == [40, 41], "kept: no record fetched again, none skipped"
+    assert [s.paused for s in kept] == [True, False], "a paused partition stays paused, as its holds say"
+    assert not after.state_value(TopicPartition("orders", 3)).has_valid_position, "added: from its commit"
+    assert after.state_value(TopicPartition("orders", 2)) is None

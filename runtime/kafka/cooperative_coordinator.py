@@ -95,9 +95,7 @@ class CooperativeCoordinator(RebalanceSteps):
         listener = rebalance_listener(self)
         held = listener.held() if isinstance(listener, HoldingListener) else self.unrevoked
         membership.owned = frozenset(held) & self.unrevoked
-        log.info(
-            "rejoining group %s: revoking nothing, %d partitions keep running", self.group_id, len(membership.owned)
-        )
+        log.info("rejoining group %s: its %d partitions keep running", self.group_id, len(membership.owned))
 
     async def complete_join(self, protocol: str, assignment: Any) -> None:
         membership = self.membership()
@@ -107,13 +105,15 @@ class CooperativeCoordinator(RebalanceSteps):
         assigned = frozenset(assignment.partitions())
         change = handover(self.unrevoked, membership.owned, assigned)
         log.info(
-            "joined group %s (generation %s, %s): kept %d partitions, revoked %s, added %s",
+            "joined group %s (generation %s, %s): %d partitions kept, %d given up (%s), %d new (%s)",
             self.group_id,
             self.generation,
             protocol,
             len(change.kept),
-            sorted(change.revoked),
-            sorted(change.added),
+            len(change.revoked),
+            named(change.revoked),
+            len(change.added),
+            named(change.added),
         )
         listener = rebalance_listener(self)
         if listener is not None and change.revoked:  # first: their final commit needs them still assigned
@@ -142,6 +142,14 @@ class CooperativeCoordinator(RebalanceSteps):
                 await call
         except Exception:
             log.exception("the rebalance listener of group %s failed in %s", self.group_id, what)
+
+
+def named(tps: frozenset[TopicPartition]) -> str:
+    """`topic[0,2]`, one per topic: short enough for a line per rebalance."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in sorted(tps):
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return ", ".join(f"{topic}[{','.join(map(str, partitions))}]" for topic, partitions in by_topic.items())
 
 
 def use_cooperative_coordinators() -> None:

@@ -129,8 +129,9 @@ class Assignment(HoldingListener):
                 if inputs and task_id not in self.tasks and not self._outcome.stopping:
                     self._start(self._build(spec, task_id, inputs))
                     started.append(str(task_id))
+        if assigned or not self.ready.is_set():  # a cooperative rebalance that added nothing says nothing here
+            log.info("assigned %d partitions, started tasks %s", len(assigned), started)
         self.ready.set()
-        log.info("assigned %d partitions, started tasks %s", len(assigned), started)
 
     def _build(self, spec: ProcessorConfig, task_id: TaskId, inputs: list[TopicPartition]) -> Task:
         outputs = self._commit_cycle.committer.outputs_for(task_id)

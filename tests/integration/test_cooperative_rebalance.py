@@ -15,22 +15,13 @@ import pytest
 from tests.conftest import TopicNamer
 from tests.integration.test_exactly_once import assert_exactly_once, eos_app, wait_exit
 from tests.support.kafka_helpers import committed_offsets, create_topic, produce
-from tests.support.running import numbered, read_log, spawn_worker, until, write_app
+from tests.support.running import numbered, read_log, running_tasks, spawn_worker, until, write_app
 
 pytestmark = pytest.mark.anyio
 
 SLOW_HEARTBEAT = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 2000}
 """The joining worker's: it learns of the second round on its next heartbeat, so that round is awaited for up
 to 2 s, a rebalance the others' kept tasks must run through."""
-
-
-def running(log: Path) -> set[str]:
-    """The tasks a worker runs as its log tells: those it started and has not stopped since."""
-    tasks: set[str] = set()
-    for kind, listed in re.findall(r"(started|stopped) tasks \[(.*)\]$", read_log(log), re.MULTILINE):
-        named = set(re.findall(r"'([^']+)'", listed))
-        tasks = tasks | named if kind == "started" else tasks - named
-    return tasks
 
 
 def changes_between(log: Path, start: int, end: int, kind: str) -> set[str]:
@@ -62,21 +53,25 @@ async def test_only_the_tasks_that_move_stop_and_every_input_comes_out_once(
             await asyncio.sleep(0.05)
 
     a, b = spawn_worker(yaml("a"), log=logs["a"]), spawn_worker(yaml("b"), log=logs["b"])
-    await until(lambda: len(running(logs["a"])) == len(running(logs["b"])) == 2, "a and b run two tasks each")
+    await until(
+        lambda: len(running_tasks(logs["a"])) == len(running_tasks(logs["b"])) == 2, "a and b run two tasks each"
+    )
     feeding = asyncio.create_task(feed())
     try:
         marks = {name: len(read_log(logs[name])) for name in "ab"}
-        kept_by_a, kept_by_b = running(logs["a"]), running(logs["b"])
+        kept_by_a, kept_by_b = running_tasks(logs["a"]), running_tasks(logs["b"])
         c = spawn_worker(yaml("c", SLOW_HEARTBEAT), log=logs["c"])
-        await until(lambda: "revoking nothing" in read_log(logs["a"])[marks["a"] :], "the scale-out's first round")
+        await until(
+            lambda: "partitions keep running" in read_log(logs["a"])[marks["a"] :], "the scale-out's first round"
+        )
         during = await committed_offsets(kafka_bootstrap, group)
-        await until(lambda: len(running(logs["c"])) == 1, "c took a task over")
+        await until(lambda: len(running_tasks(logs["c"])) == 1, "c took a task over")
         after = await committed_offsets(kafka_bootstrap, group)
-        moved = running(logs["c"])
+        moved = running_tasks(logs["c"])
         kept_by_a, kept_by_b = kept_by_a - moved, kept_by_b - moved
         c.send_signal(signal.SIGTERM)
         assert await wait_exit(c, 60) == 0
-        await until(lambda: len(running(logs["a"]) | running(logs["b"])) == 4, "a and b took c's task back")
+        await until(lambda: len(running_tasks(logs["a"]) | running_tasks(logs["b"])) == 4, "a and b took c's task back")
     finally:
         feeding.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
@@ -44,6 +45,15 @@ def numbered(count: int, start: int = 0) -> list[tuple[bytes, bytes]]:
 def read_log(log: Path) -> str:
     """What a worker has logged so far; nothing before it created its log."""
     return log.read_text() if log.exists() else ""
+
+
+def running_tasks(log: Path) -> set[str]:
+    """The tasks a worker runs as its log tells: those it started and has not stopped since."""
+    tasks: set[str] = set()
+    for kind, listed in re.findall(r"(started|stopped) tasks \[(.*)\]$", read_log(log), re.MULTILINE):
+        named = set(re.findall(r"'([^']+)'", listed))
+        tasks = tasks | named if kind == "started" else tasks - named
+    return tasks
 
 
 async def until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:

@@ -19,6 +19,7 @@ that offers nothing else), and the first join of all.
 from __future__ import annotations
 
 import abc
+import asyncio
 import inspect
 import logging
 from dataclasses import dataclass
@@ -76,21 +77,42 @@ def handover(
 
 
 class CooperativeCoordinator(RebalanceSteps):
-    """aiokafka's group coordinator, cooperative while the group's protocol is `cooperative-sticky`."""
+    """aiokafka's group coordinator, cooperative while the group's protocol is `cooperative-sticky`.
+
+    Offsets committed through it (at-least-once's) wait while the member joins: sent with the generation
+    it joins from, one that reaches the coordinator after the group moved to the next is refused, and
+    aiokafka then drops the member's id and rejoins, which starts another rebalance, in which the next
+    commit can be refused again. Kept tasks go on processing meanwhile; their offsets go once it joined.
+    A transaction's offsets do not come here (runtime/guarantees/worker_transaction.py)."""
 
     protocol: str | None = None
     """The protocol of the group's generation this member is in; None before its first join."""
     unrevoked: frozenset[TopicPartition] = frozenset()
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.settled = asyncio.Event()
+        self.settled.set()
+
+    async def commit_offsets(self, assignment: Any, offsets: Any) -> None:
+        await self.settled.wait()
+        await super().commit_offsets(assignment, offsets)
+
+    async def close(self) -> None:
+        self.settled.set()  # a commit waiting for a join that will not come is refused as it goes
+        await super().close()
+
     async def prepare_join(self, previous_assignment: Any) -> None:
         membership = self.membership()
         if membership is None or not self.cooperative_now() or previous_assignment is None:
+            self.settled.set()  # the revoke's final commit goes in this generation
             await revoke_all_before_join(self, previous_assignment)
             self.unrevoked = frozenset()
             if membership is not None:
                 membership.owned, membership.owners = frozenset(), None
             return
         forget_group_subscription(self)
+        self.settled.clear()
         self.unrevoked = assigned_partitions(self)
         listener = rebalance_listener(self)
         held = listener.held() if isinstance(listener, HoldingListener) else self.unrevoked
@@ -98,6 +120,7 @@ class CooperativeCoordinator(RebalanceSteps):
         log.info("rejoining group %s: its %d partitions keep running", self.group_id, len(membership.owned))
 
     async def complete_join(self, protocol: str, assignment: Any) -> None:
+        self.settled.set()  # joined: the revokes' final commits, and the kept tasks' waiting ones, go now
         membership = self.membership()
         if membership is None:
             await super().complete_join(protocol, assignment)

@@ -371,11 +371,12 @@ class RebalanceSteps(GroupCoordinator):  # type: ignore[misc]
         protocols = request._group_protocols
         if self._joined is not None and self._joined[0] is protocols:
             return self._joined[1]
-        named = {name for name, _ in protocols}
+        offered = dict(reversed(protocols))  # one per name, the first kept (a retry adds the next one again)
         topics = self._subscription.subscription.topics
-        for assignor in self._assignors:
-            if assignor.name not in named:
-                protocols.append((assignor.name, assignor.metadata(topics).encode()))
+        protocols[:] = [
+            (assignor.name, offered.get(assignor.name) or assignor.metadata(topics).encode())
+            for assignor in self._assignors
+        ]
         response = await GroupCoordinator._send_req(self, request)
         if response.error_code == 0:
             self._joined = (protocols, response)

@@ -9,10 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 from aiokafka import TopicPartition
+from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
+from aiokafka.protocol.group import JoinGroupRequest
 
-from runtime.kafka.aiokafka_internals import assign_keeping
+from runtime.kafka.aiokafka_internals import RebalanceSteps, assign_keeping
 from runtime.kafka.cooperative_coordinator import handover
 from runtime.kafka.group_assignor import (
     COOPERATIVE_STICKY,
@@ -179,3 +181,26 @@ async def test_a_kept_partition_keeps_its_fetch_position_and_pause_across_the_ne
     assert [s.paused for s in kept] == [True, False], "a paused partition stays paused, as its holds say"
     assert not after.state_value(TopicPartition("orders", 3)).has_valid_position, "added: from its commit"
     assert after.state_value(TopicPartition("orders", 2)) is None
+
+
+async def test_a_join_is_sent_once_with_every_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiokafka 0.14 sends a JoinGroup after adding each assignor's protocol; the leader's second would start
+    another rebalance. The first goes with both, the next of the same join is answered with its response."""
+    sent: list[list[str]] = []
+
+    async def send(coordinator: object, request: JoinGroupRequest) -> object:
+        sent.append([name for name, _ in request._group_protocols])
+        return SimpleNamespace(error_code=0)
+
+    monkeypatch.setattr(GroupCoordinator, "_send_req", send)
+    coordinator = object.__new__(RebalanceSteps)  # only what a join reads of it
+    coordinator._subscription = SimpleNamespace(subscription=SimpleNamespace(topics=frozenset({"orders"})))
+    coordinator._assignors = assignors(Membership(), cooperative=True)
+    protocols: list[tuple[str, bytes]] = []
+    responses = []
+    for assignor in coordinator._assignors:  # as aiokafka's perform_group_join loops
+        protocols.append((assignor.name, assignor.metadata(["orders"]).encode()))
+        request = JoinGroupRequest("group", 10_000, 30_000, "", None, "consumer", protocols)
+        responses.append(await coordinator._send_req(request))
+    assert sent == [[COOPERATIVE_STICKY, RANGE]]
+    assert responses[0] is responses[1]

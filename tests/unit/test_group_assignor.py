@@ -14,6 +14,7 @@ from aiokafka.consumer.subscription_state import SubscriptionState
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
 from aiokafka.protocol.group import JoinGroupRequest
 
+from runtime.config import ConfigError, Rebalance, parse_app
 from runtime.kafka.aiokafka_internals import RebalanceSteps, assign_keeping
 from runtime.kafka.cooperative_coordinator import handover
 from runtime.kafka.group_assignor import (
@@ -204,3 +205,15 @@ async def test_a_join_is_sent_once_with_every_protocol(monkeypatch: pytest.Monke
         responses.append(await coordinator._send_req(request))
     assert sent == [[COOPERATIVE_STICKY, RANGE]]
     assert responses[0] is responses[1]
+
+
+def test_rebalance_is_cooperative_unless_the_yaml_says_eager_and_nothing_else() -> None:
+    app = {
+        "app_id": "counts",
+        "topics": {"in": {"partitions": 2}},
+        "processors": [{"name": "count", "class": "tests.support.apps:CountPerKey", "inputs": ["in"]}],
+    }
+    assert parse_app(app).rebalance is Rebalance.COOPERATIVE
+    assert parse_app({**app, "rebalance": "eager"}).rebalance is Rebalance.EAGER
+    with pytest.raises(ConfigError, match="rebalance"):
+        parse_app({**app, "rebalance": "incremental"})

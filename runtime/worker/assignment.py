@@ -5,6 +5,10 @@ A task's whole life is one coroutine in the worker's task group (`_live`): the g
 stores are restored, its inputs are let through, and its actor runs until it is stopped. Leaving is
 the reverse, in `_leave`: after a final commit, the guarantee releases the task (exactly-once aborts
 what is still open and stops the task's producer), then the processor and the stores close.
+
+Under a cooperative rebalance (runtime/kafka/cooperative_coordinator.py) it is told only the partitions
+that were added or taken away: the other tasks run on untouched, and `held` tells the group which
+partitions still have a task.
 """
 
 from __future__ import annotations

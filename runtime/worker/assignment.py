@@ -70,6 +70,9 @@ class Assignment(HoldingListener):
         self._counters = counters
         self._spawn = spawn
         self._actors: dict[Task, asyncio.Task[None]] = {}
+        # Partitions of a task taken over that a cooperative rebalance gave back before that task had left.
+        self._handed_back: dict[TaskId, tuple[ProcessorConfig, list[TopicPartition]]] = {}
+        self._leaving: set[TaskId] = set()  # tasks taken over, closing their stores
 
     # Called by aiokafka's group coordinator; an exception raised here would only be logged by it.
 
@@ -130,7 +133,12 @@ class Assignment(HoldingListener):
                 topics = dict.fromkeys([*spec.inputs, *spec.table_topics()])
                 inputs = [tp for topic in topics for tp in tps if tp.topic == topic]
                 task_id = TaskId(spec.name, partition)
-                if inputs and task_id not in self.tasks and not self._outcome.stopping:
+                previous = self.tasks.get(task_id)
+                leaving = task_id in self._leaving or (previous is not None and previous.lost)
+                if inputs and leaving:  # started again once the lost one has left; nothing fetched until then
+                    self._handed_back[task_id] = (spec, inputs)
+                    self._backpressure.hold(inputs, (LOST, task_id))
+                elif inputs and previous is None and not self._outcome.stopping:
                     self._start(self._build(spec, task_id, inputs))
                     started.append(str(task_id))
         if assigned or not self.ready.is_set():  # a cooperative rebalance that added nothing says nothing here
@@ -166,12 +174,31 @@ class Assignment(HoldingListener):
             return
         if task.lost and self.tasks.get(task.id) is task:  # taken over: it leaves now, without a commit
             self._forget(task)
-            await self._leave(task)
+            self._leaving.add(task.id)
+            try:
+                await self._leave(task)
+            finally:
+                self._leaving.discard(task.id)
+            self._start_handed_back(task.id)
+
+    def _start_handed_back(self, task_id: TaskId) -> None:
+        """A task whose partitions came back while it was leaving starts afresh, from the committed offsets,
+        once the lost one has closed its stores."""
+        handed_back = self._handed_back.pop(task_id, None)
+        if handed_back is None or self._outcome.stopping:
+            return
+        spec, inputs = handed_back
+        self._backpressure.release(inputs, (LOST, task_id))
+        self._start(self._build(spec, task_id, inputs))
+        log.info("started task %s again: its partitions came back while it was leaving", task_id)
 
     async def _revoke(self, revoked: set[TopicPartition]) -> None:
         if not revoked:
             return
         self._counters.revocations += 1
+        for task_id, (_, inputs) in list(self._handed_back.items()):
+            if any(tp in revoked for tp in inputs):
+                del self._handed_back[task_id]
         leaving = [task for task in self.tasks.values() if any(tp in revoked for tp in task.inputs)]
         timeout_s = self._config.shutdown_timeout_s
         late = await self._stop(leaving, timeout_s)

@@ -87,6 +87,7 @@ class ObjectStorage(SnapshotStorage):
     def write_bytes(self, key: str, data: bytes) -> None:
         with self._failing("write", key):
             self._client.put_object(Bucket=self.url.bucket, Key=self.url.key(key), Body=data)
+        self._uploaded(len(data))
 
     def delete(self, key: str) -> None:
         with self._failing("delete", key):
@@ -108,17 +109,13 @@ class ObjectStorage(SnapshotStorage):
                 CopySource={"Bucket": self.url.bucket, "Key": self.url.key(source)},
             )
 
-    @contextlib.contextmanager
-    def workspace(self, key: str) -> Iterator[Path]:
-        directory = Path(tempfile.mkdtemp(prefix="checkpoint-"))
-        try:
-            yield directory
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
+    def put_file(self, path: Path, key: str) -> None:
+        with self._failing("upload", key):
+            self._client.upload_file(str(path), self.url.bucket, self.url.key(key))
+        self._uploaded(path.stat().st_size)
 
-    def publish(self, workspace: Path, key: str, name: str) -> None:
-        with self._failing("upload", f"{key}/{name}"):
-            self._client.upload_file(str(workspace / name), self.url.bucket, self.url.key(f"{key}/{name}"))
+    def fetch_file(self, key: str, target: Path, sha256: str) -> None:
+        self._download(key, target, sha256)
 
     @contextlib.contextmanager
     def local_files(self, key: str, checksums: dict[str, str]) -> Iterator[Path]:

@@ -10,27 +10,34 @@ The manifest says what the files hold (app, store, partition count, serdes, and 
 whose layout the keys follow) so a runtime never ingests a snapshot of another store or one encoded
 differently, and which changelog offset each partition covers, so only the changelog tail after it
 is replayed. A checkpoint the runtime takes (stores/checkpoint.py) also records, per partition, the
-input offsets its state covers: where the app's consumer group goes back to when it is rewound there.
+input offsets its state covers: where the app's consumer group goes back to when it is rewound there,
+and holds each partition as RocksDB's own files, shared between checkpoints (stores/checkpoint_files.py):
+`files` instead of `checksums` for that partition (format version 3).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
-from collections.abc import Iterable
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from stores.checkpoint_files import StoredFile
 from stores.errors import StoreError
 from stores.layout import StoreKind
 from stores.rocksdb import RocksDBBackend
 from stores.sst import write_partition_sst
 
 FORMAT_VERSION = 2  # 2 added input_offsets
-READABLE_VERSIONS = (1, 2)
+DATABASE_FILES_VERSION = 3  # 3 added files: a partition as a database's files, shared between checkpoints
+READABLE_VERSIONS = (1, 2, 3)
 MANIFEST_NAME = "manifest.json"
 SST_NAME = "000000.sst"
 
@@ -64,6 +71,9 @@ class Manifest(BaseModel):
     input_offsets: dict[int, dict[str, int]] = Field(default_factory=dict)
     row_counts: dict[int, int] = Field(default_factory=dict)
     checksums: dict[str, str] = Field(default_factory=dict)
+    # Per partition of a checkpoint the runtime took, the files of RocksDB's checkpoint of its store,
+    # stored once under the store's shared prefix; a partition missing from it has an SST in `checksums`.
+    files: dict[int, list[StoredFile]] = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
     def offset(self, partition: int) -> int:
@@ -171,6 +181,20 @@ def verify_checksums(snapshot_dir: str | os.PathLike[str], manifest: Manifest) -
         name = path.relative_to(root).as_posix()
         if name not in listed:
             raise SnapshotError(f"snapshot {root}: {name} is not listed in the manifest")
+    for files in manifest.files.values():
+        _check_database_files(root, files)
+
+
+def _check_database_files(snapshot_dir: Path, files: Iterable[StoredFile]) -> None:
+    """A checkpoint's shared files, beside it in its store's directory, each with its checksum."""
+    store_dir = snapshot_dir.parent
+    for file in files:
+        path = store_dir / file.key
+        if not path.is_file():
+            raise SnapshotError(f"snapshot {snapshot_dir}: {path} is listed in the manifest but missing")
+        actual = sha256_file(path)
+        if actual != file.sha256:
+            raise SnapshotError(f"snapshot {snapshot_dir}: {path} has sha256 {actual}, the manifest says {file.sha256}")
 
 
 def partition_checksums(manifest: Manifest, partition: int) -> dict[str, str]:
@@ -194,12 +218,12 @@ def ingest_partition(
     if not 0 <= partition < manifest.partitions:
         raise SnapshotError(f"snapshot {snapshot_dir} has {manifest.partitions} partitions, no partition {partition}")
     _require_empty(backend, snapshot_dir)
-    files = _checked_files(snapshot_dir, manifest, [partition])
     offset = manifest.offset(partition)
-    if files:
-        backend.ingest(files, offset)
-    else:
-        backend.write((), offset)
+    with _partition_ssts(snapshot_dir, manifest, partition) as files:
+        if files:
+            backend.ingest(files, offset)
+        else:
+            backend.write((), offset)
     return offset
 
 
@@ -208,10 +232,10 @@ def ingest_whole(backend: RocksDBBackend, snapshot_dir: str | os.PathLike[str], 
     partition's offset under its own source; returns {partition: offset to resume from}."""
     _require_empty(backend, snapshot_dir)
     partitions = range(manifest.partitions)
-    files = {partition: _checked_files(snapshot_dir, manifest, [partition]) for partition in partitions}
     for partition in partitions:  # one ingest per partition: their key ranges overlap, their keys do not
-        if files[partition]:
-            backend.ingest(files[partition], None)
+        with _partition_ssts(snapshot_dir, manifest, partition) as files:
+            if files:
+                backend.ingest(files, None)
     offsets = {partition: manifest.offset(partition) for partition in partitions}
     for partition, offset in offsets.items():  # after the data: a crash in between reads the topic again
         backend.write((), offset, source=partition)
@@ -221,6 +245,28 @@ def ingest_whole(backend: RocksDBBackend, snapshot_dir: str | os.PathLike[str], 
 def _require_empty(backend: RocksDBBackend, snapshot_dir: str | os.PathLike[str]) -> None:
     if next(iter(backend.items()), None) is not None:
         raise SnapshotError(f"not ingesting snapshot {snapshot_dir}: the store is not empty")
+
+
+@contextlib.contextmanager
+def _partition_ssts(snapshot_dir: str | os.PathLike[str], manifest: Manifest, partition: int) -> Iterator[list[Path]]:
+    """The partition's SST files to ingest, checked; a checkpoint's database is read into one SST first, as
+    its own files hold RocksDB's sequence numbers and levels, which an ingest does not take."""
+    stored = manifest.files.get(partition)
+    if stored is None:
+        yield _checked_files(snapshot_dir, manifest, [partition])
+        return
+    _check_database_files(Path(snapshot_dir), stored)
+    with tempfile.TemporaryDirectory(prefix="checkpoint-") as scratch:
+        database = Path(scratch) / "database"
+        database.mkdir()
+        for file in stored:
+            shutil.copyfile(Path(snapshot_dir).parent / file.key, database / file.name)
+        source = RocksDBBackend(database)
+        try:
+            count = write_partition_sst(source.items(), Path(scratch) / SST_NAME)
+        finally:
+            source.close()
+        yield [Path(scratch) / SST_NAME] if count else []
 
 
 def _checked_files(snapshot_dir: str | os.PathLike[str], manifest: Manifest, partitions: Iterable[int]) -> list[Path]:

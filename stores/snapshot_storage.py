@@ -16,18 +16,29 @@ import contextlib
 import functools
 import os
 import shutil
+import threading
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 from stores.object_url import ObjectUrl
+from stores.snapshot import SnapshotError, sha256_file
 
 SnapshotLocation = Path | ObjectUrl
 
 
 class SnapshotStorage(ABC):
-    """One snapshot location, read and written by key."""
+    """One snapshot location, read and written by key. `uploaded_bytes` counts the bytes written to it (files
+    and objects), shared by the threads that write: what incremental checkpoints save shows there."""
+
+    uploaded_bytes = 0
+    _counting = threading.Lock()
+
+    def _uploaded(self, size: int) -> None:
+        with self._counting:
+            self.uploaded_bytes += size
 
     @abstractmethod
     def describe(self, key: str = "") -> str:
@@ -58,12 +69,14 @@ class SnapshotStorage(ABC):
         """The object at `source` again at `target`."""
 
     @abstractmethod
-    def workspace(self, key: str) -> AbstractContextManager[Path]:
-        """A local directory to write the files of `key` into; each is there once `publish` names it."""
+    def put_file(self, path: Path, key: str) -> None:
+        """The local file at `key`, whole or not at all; its bytes are added to `uploaded_bytes`."""
 
     @abstractmethod
-    def publish(self, workspace: Path, key: str, name: str) -> None:
-        """The file `name` of `workspace` (from `workspace(key)`) at `key/name`."""
+    def fetch_file(self, key: str, target: Path, sha256: str) -> None:
+        """The object at `key` as the local file `target`, checked against its checksum: a corrupt, partial or
+        missing one is refused, naming it. `target` may share its bytes with the location's (a hard link):
+        it must never be written in place."""
 
     @abstractmethod
     def local_files(self, key: str, checksums: dict[str, str]) -> AbstractContextManager[Path]:
@@ -102,9 +115,10 @@ class DirectoryStorage(SnapshotStorage):
     def write_bytes(self, key: str, data: bytes) -> None:
         target = self.path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(f".{target.name}.tmp")
+        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
         temporary.write_bytes(data)
         os.replace(temporary, target)
+        self._uploaded(len(data))
 
     def delete(self, key: str) -> None:
         self.path(key).unlink(missing_ok=True)
@@ -120,14 +134,26 @@ class DirectoryStorage(SnapshotStorage):
         except OSError:
             shutil.copy2(self.path(source), destination)
 
-    @contextlib.contextmanager
-    def workspace(self, key: str) -> Iterator[Path]:
-        directory = self.path(key)
-        directory.mkdir(parents=True, exist_ok=True)
-        yield directory
+    def put_file(self, path: Path, key: str) -> None:
+        target = self.path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+        shutil.copyfile(path, temporary)  # a copy, not a link: the store's file is its database's
+        os.replace(temporary, target)
+        self._uploaded(target.stat().st_size)
 
-    def publish(self, workspace: Path, key: str, name: str) -> None:
-        """The file is in place already: the workspace is the directory itself."""
+    def fetch_file(self, key: str, target: Path, sha256: str) -> None:
+        source = self.path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not source.is_file():
+            raise SnapshotError(f"{source} is listed in its manifest but missing")
+        try:
+            os.link(source, target)  # the location's files are never changed in place
+        except OSError:
+            shutil.copyfile(source, target)
+        actual = sha256_file(target)
+        if actual != sha256:
+            raise SnapshotError(f"{source} is corrupt or partly written: sha256 {actual}, the manifest says {sha256}")
 
     @contextlib.contextmanager
     def local_files(self, key: str, checksums: dict[str, str]) -> Iterator[Path]:

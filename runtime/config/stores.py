@@ -17,15 +17,17 @@ from stores.snapshot_storage import SnapshotLocation, SnapshotStorage, open_stor
 class SnapshotsConfig(Strict):
     """Where snapshots of stores are found: `<location>/<store>/<any name>/manifest.json`; with `every`,
     the runtime takes checkpoints there itself (`<location>/<store>/<UTC time>/`), keeping the `keep`
-    newest of each store. The location is a directory every worker sees, or `s3://bucket/prefix` in an
-    S3-compatible object store reached with the environment's endpoint and credentials (`AWS_*`).
+    newest of each store and none older than `max_age` (but always the newest). The location is a
+    directory every worker sees, or `s3://bucket/prefix` in an S3-compatible object store reached with
+    the environment's endpoint and credentials (`AWS_*`).
     """
 
     location: SnapshotLocation
     every: int | None = Field(default=None, ge=1_000)  # milliseconds, or "30s", "15m", "1h", "1d"
-    keep: int = Field(default=24, ge=1)
+    keep: int | None = Field(default=24, ge=1)  # the newest kept per store; None: as many as max_age allows
+    max_age: int | None = Field(default=None, ge=1_000)  # older checkpoints are deleted (the newest never)
 
-    _a_duration = field_validator("every", mode="before")(classmethod(lambda cls, every: duration_ms(every)))
+    _durations = field_validator("every", "max_age", mode="before")(classmethod(lambda cls, given: duration_ms(given)))
 
     @field_validator("location", mode="before")
     @classmethod

@@ -30,14 +30,15 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiokafka import TopicPartition
 
 from runtime.config import AppConfig, SnapshotsConfig
-from stores.checkpoint import assemble, write_partition_checkpoint
+from stores.checkpoint import assemble, collect_garbage, write_partition_checkpoint
+from stores.checkpoint_files import SHARED, Dated, expired
 from stores.rocksdb import RocksDBBackend
 from stores.snapshot import Manifest
 from stores.snapshot_location import complete_snapshots, manifest_key, snapshot_key
@@ -96,6 +97,7 @@ class StoreCheckpoints:
         self._now_ms = now_ms
         self._taken: set[tuple[str, int, str]] = set()  # (processor, partition, checkpoint)
         self._writing: set[asyncio.Task[None]] = set()
+        self._partition_locks: dict[tuple[str, int], asyncio.Lock] = {}
         self._requested: list[Due] = []
         self._listed_at = float("-inf")
         self._listing: asyncio.Task[None] | None = None
@@ -186,19 +188,39 @@ class StoreCheckpoints:
         inputs: dict[str, int],
         started: float,
     ) -> None:
+        """One checkpoint of a store partition at a time: its task alone deletes the partition's shared files,
+        so none it is about to name goes while another of its checkpoints is written."""
+        lock = self._partition_locks.setdefault((entry.name, partition), asyncio.Lock())
+        async with lock:
+            await self._write_part(entry, due, key, copy, partition, inputs, started)
+
+    async def _write_part(
+        self,
+        entry: TaskStore,
+        due: Due,
+        key: str,
+        copy: Path,
+        partition: int,
+        inputs: dict[str, int],
+        started: float,
+    ) -> None:
         try:
             storage = await asyncio.to_thread(due.snapshots.storage)  # a bucket's client is made once, from files
             if await asyncio.to_thread(storage.exists, manifest_key(key)):
                 shutil.rmtree(copy, ignore_errors=True)
                 return  # complete already (a task that moved here from a worker that had taken its part)
-            part = await asyncio.to_thread(write_partition_checkpoint, copy, storage, key, partition, inputs)
+            written = await asyncio.to_thread(write_partition_checkpoint, copy, storage, key, partition, inputs)
             log.info(
-                "checkpoint %s of store %s partition %d: %d rows in %.2fs",
+                "checkpoint %s of store %s partition %d: %d rows in %.2fs, uploaded %d of %d bytes (%d of %d files)",
                 due.name,
                 entry.name,
                 partition,
-                part.rows,
+                written.part.rows,
                 time.monotonic() - started,
+                written.uploaded_bytes,
+                written.total_bytes,
+                len(written.uploaded),
+                len(written.part.files),
             )
             manifest = await asyncio.to_thread(self._assemble, entry, storage, key)
         except Exception as error:  # a checkpoint is worth a warning, not the worker
@@ -214,9 +236,13 @@ class StoreCheckpoints:
                 manifest.partitions,
             )
             try:
-                await asyncio.to_thread(prune, storage, entry.name, due.snapshots.keep)
+                await asyncio.to_thread(prune, storage, entry.name, due.snapshots, datetime.now(UTC))
             except Exception as error:  # the next complete checkpoint prunes again
                 log.warning("old checkpoints of store %s could not be deleted: %s", entry.name, error)
+        try:
+            await asyncio.to_thread(collect_garbage, storage, entry.name, partition)
+        except Exception as error:  # the partition's next checkpoint collects them
+            log.warning("unused files of store %s partition %d could not be deleted: %s", entry.name, partition, error)
 
     def _assemble(self, entry: TaskStore, storage: SnapshotStorage, key: str) -> Manifest | None:
         assert entry.changelog is not None
@@ -241,21 +267,26 @@ class StoreCheckpoints:
         raise KeyError(store)
 
 
-def prune(storage: SnapshotStorage, store: str, keep: int) -> list[str]:
-    """Delete the store's checkpoints (snapshots with input offsets) beyond the `keep` newest, and those
-    older than the newest that never completed (a worker died writing its part) and are not requested;
-    Spark's snapshots are left alone. Returns the names of those deleted."""
-    snapshots = complete_snapshots(storage, store)
-    checkpoints = sorted(
-        (snapshot.manifest.created_at, snapshot.key.rpartition("/")[2])
-        for snapshot in snapshots
+def prune(storage: SnapshotStorage, store: str, snapshots: SnapshotsConfig, now: datetime) -> list[str]:
+    """Delete the store's checkpoints (snapshots with input offsets) that retention removes (beyond `keep`,
+    older than `max_age`; never the newest), and those older than the newest that never completed (a worker
+    died writing its part) and are not requested; Spark's snapshots are left alone. A checkpoint's manifest
+    goes first, so a reader never finds a manifest whose parts are gone; the shared files it named are
+    deleted by each partition's task (`collect_garbage`). Two workers pruning at once delete the same ones,
+    or one of them fewer. Returns the names of those deleted."""
+    found = complete_snapshots(storage, store)
+    checkpoints = [
+        Dated(snapshot.key.rpartition("/")[2], snapshot.manifest.created_at)
+        for snapshot in found
         if snapshot.manifest.input_offsets
-    )
-    gone = [name for _, name in checkpoints[: max(0, len(checkpoints) - keep)]]
+    ]
+    max_age = timedelta(milliseconds=snapshots.max_age) if snapshots.max_age is not None else None
+    gone = expired(checkpoints, snapshots.keep, max_age, now)
     if checkpoints:
-        newest = checkpoints[-1][1]
-        kept = {snapshot.key.rpartition("/")[2] for snapshot in snapshots} | set(requested(storage))
+        newest = max(checkpoints, key=lambda each: (each.created_at, each.name)).name
+        kept = {snapshot.key.rpartition("/")[2] for snapshot in found} | set(requested(storage)) | {SHARED}
         gone += [name for name in storage.children(store) if name < newest and name not in kept]
     for name in gone:
+        storage.delete(manifest_key(snapshot_key(store, name)))
         storage.delete_tree(snapshot_key(store, name))
     return gone

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from stores.checkpoint import fetch_database
 from stores.rocksdb import RocksDBBackend
 from stores.snapshot import Manifest, ingest_partition, partition_checksums
 from stores.snapshot_storage import SnapshotStorage
@@ -50,16 +51,30 @@ def checkpoint_values(
     storage: SnapshotStorage, checkpoint: str, manifest: Manifest, partition: int, keys: set[bytes]
 ) -> list[Correction]:
     """Each key's value in the checkpoint's partition, or None; in key order."""
-    with (
-        tempfile.TemporaryDirectory(prefix="rewind-") as scratch,
-        storage.local_files(checkpoint, partition_checksums(manifest, partition)) as directory,
-    ):
-        store = RocksDBBackend(Path(scratch) / "store")
+    with tempfile.TemporaryDirectory(prefix="rewind-") as scratch:
+        store = _partition_store(storage, checkpoint, manifest, partition, Path(scratch) / "store")
         try:
-            ingest_partition(store, directory, manifest, partition)
             return [(key, store.get(key)) for key in sorted(keys)]
         finally:
             store.close()
+
+
+def _partition_store(
+    storage: SnapshotStorage, checkpoint: str, manifest: Manifest, partition: int, directory: Path
+) -> RocksDBBackend:
+    """The checkpoint's partition as a store in `directory`: its database's files fetched, or its SST ingested."""
+    files = manifest.files.get(partition)
+    if files is not None:
+        fetch_database(storage, checkpoint, files, directory)
+        return RocksDBBackend(directory)
+    store = RocksDBBackend(directory)
+    try:
+        with storage.local_files(checkpoint, partition_checksums(manifest, partition)) as snapshot:
+            ingest_partition(store, snapshot, manifest, partition)
+    except BaseException:
+        store.close()
+        raise
+    return store
 
 
 async def corrections(

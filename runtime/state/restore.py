@@ -106,7 +106,7 @@ class ChangelogRestorer:
                 state.rebuild(entry.name)
                 stored = None
             partitions = len(consumer.partitions_for_topic(tp.topic) or ())
-            stored = await self._snapshots.ingest_if_behind(state, entry, tp, partitions, stored, end)
+            stored = await self._snapshots.ingest_if_behind(state, entry, tp, partitions, stored, range(start, end))
             position = start if stored is None else stored
             if position >= end:
                 log.info("store %s partition %d is up to date (changelog offset %d)", entry.name, tp.partition, end)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import time
+import uuid
 
 from aiokafka import TopicPartition
 
@@ -20,6 +22,7 @@ from runtime.counters import Counters
 from runtime.state.restore_progress import RestoreProgress
 from runtime.state.task_state import TaskState, TaskStore
 from stores import RocksDBBackend
+from stores.checkpoint import fetch_database
 from stores.snapshot import SnapshotError, SnapshotMismatch, ingest_partition, partition_checksums, validate
 from stores.snapshot_location import Snapshot, newest_snapshot
 from stores.snapshot_storage import SnapshotStorage
@@ -35,9 +38,17 @@ class SnapshotIngest:
         self._progress = progress
 
     async def ingest_if_behind(
-        self, state: TaskState, entry: TaskStore, tp: TopicPartition, partitions: int, stored: int | None, end: int
+        self,
+        state: TaskState,
+        entry: TaskStore,
+        tp: TopicPartition,
+        partitions: int,
+        stored: int | None,
+        changelog: range,
     ) -> int | None:
-        """The store's changelog offset afterwards: the snapshot's when it was loaded, else `stored`."""
+        """The store's changelog offset afterwards: the snapshot's when it was loaded, else `stored`.
+        `changelog` is the changelog partition's offsets now, from its start to its end."""
+        end = changelog.stop
         if entry.snapshots is None:
             return stored
         storage = await asyncio.to_thread(entry.snapshots.storage)  # a bucket's client is made once, from files
@@ -76,11 +87,17 @@ class SnapshotIngest:
                 offset,
             )
             return stored
-        await self._ingest(state, entry, tp.partition, storage, snapshot)
+        await self._ingest(state, entry, tp.partition, storage, snapshot, changelog.start)
         return offset
 
     async def _ingest(
-        self, state: TaskState, entry: TaskStore, partition: int, storage: SnapshotStorage, snapshot: Snapshot
+        self,
+        state: TaskState,
+        entry: TaskStore,
+        partition: int,
+        storage: SnapshotStorage,
+        snapshot: Snapshot,
+        changelog_start: int,
     ) -> None:
         rows = snapshot.manifest.row_counts.get(partition, 0)
         offset = snapshot.manifest.offset(partition)
@@ -100,7 +117,7 @@ class SnapshotIngest:
         started = time.monotonic()
         try:
             # Checksums and the ingest read whole files: off the event loop, so other tasks go on.
-            loading = asyncio.ensure_future(asyncio.to_thread(_ingest_partition, backend, storage, snapshot, partition))
+            loading = asyncio.ensure_future(asyncio.to_thread(_load_partition, backend, storage, snapshot, partition))
             try:
                 await asyncio.shield(loading)
             except asyncio.CancelledError:
@@ -123,8 +140,18 @@ class SnapshotIngest:
         )
 
 
-def _ingest_partition(backend: RocksDBBackend, storage: SnapshotStorage, snapshot: Snapshot, partition: int) -> None:
-    """The partition's files fetched where they are not local (each checked against its checksum), then loaded."""
+def _load_partition(backend: RocksDBBackend, storage: SnapshotStorage, snapshot: Snapshot, partition: int) -> None:
+    """The partition's files fetched where they are not local, each checked against its checksum, then loaded:
+    a checkpoint's database becomes the store, fetched beside it; a snapshot's SST is ingested."""
     manifest = snapshot.manifest
-    with storage.local_files(snapshot.key, partition_checksums(manifest, partition)) as directory:
-        ingest_partition(backend, directory, manifest, partition)
+    files = manifest.files.get(partition)
+    if files is None:
+        with storage.local_files(snapshot.key, partition_checksums(manifest, partition)) as directory:
+            ingest_partition(backend, directory, manifest, partition)
+        return
+    fetched = backend.path.with_name(f".{backend.path.name}-loading-{uuid.uuid4().hex[:8]}")
+    try:
+        fetch_database(storage, snapshot.key, files, fetched)
+        backend.replace(fetched, manifest.offset(partition))
+    finally:
+        shutil.rmtree(fetched, ignore_errors=True)

@@ -8,11 +8,13 @@ import asyncio
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
 
 from runtime.devs3.server import LocalS3
+from stores.snapshot import parse_manifest
 from tests.conftest import TopicNamer
 from tests.integration.test_rewind import checkpointing_app, latest, runtime
 from tests.integration.test_state import true_counts
@@ -43,10 +45,13 @@ def test_a_state_directory_wiped_is_restored_from_a_checkpoint_in_a_bucket_and_a
     complete = sorted(key.rsplit("/", 1)[0] for key in keys if key.endswith("/manifest.json"))
     assert complete, f"no complete checkpoint in the bucket: {keys}"
     newest = complete[-1]
-    sst = next(key for key in keys if key.startswith(f"{newest}/partition-") and key.endswith(".sst"))
+    manifest = parse_manifest(client.get_object(Bucket=bucket, Key=f"{newest}/manifest.json")["Body"].read(), newest)
+    named = [f"bank/counts/{file.key}" for files in manifest.files.values() for file in files]
+    assert set(named) <= set(keys) and all("/_shared/partition-" in key for key in named)
+    sst = max((key for key in named if key.endswith(".sst")), key=lambda key: len(object_bytes(client, bucket, key)))
 
     # An SST object cut short (as a copy that stopped half-way leaves it): the restore refuses it, naming it.
-    good = client.get_object(Bucket=bucket, Key=sst)["Body"].read()
+    good = object_bytes(client, bucket, sst)
     client.put_object(Bucket=bucket, Key=sst, Body=good[: len(good) // 2])
     shutil.rmtree(tmp_path / "state")
     refused = runtime(kafka_bootstrap, str(path), "--until-caught-up")
@@ -63,3 +68,8 @@ def test_a_state_directory_wiped_is_restored_from_a_checkpoint_in_a_bucket_and_a
     counts = {key: update["count"] for key, update in latest(kafka_bootstrap, sink, bytes.decode).items()}
     assert counts == true_counts(390)
     assert latest(kafka_bootstrap, f"{app['app_id']}-counts-changelog", msgpack.unpackb) == true_counts(390)
+
+
+def object_bytes(client: Any, bucket: str, key: str) -> bytes:
+    body: bytes = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    return body

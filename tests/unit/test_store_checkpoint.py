@@ -1,14 +1,16 @@
-"""A store's checkpoint taken by the runtime, in the snapshot format: each partition from a RocksDB
-checkpoint of its store, with the input offsets its commit covered; the manifest once all are there;
-a task ingests it as any snapshot."""
+"""A store's checkpoint taken by the runtime, a snapshot of RocksDB's own files: each partition from a RocksDB
+checkpoint of its store, with the input offsets its commit covered, its files stored once and shared with the
+next checkpoints; the manifest once all are there; a task ingests it as any snapshot, and a partition's files
+no checkpoint names any longer are deleted."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
-from stores.checkpoint import assemble, carry_forward, part_name, write_partition_checkpoint
+from stores.checkpoint import assemble, carry_forward, collect_garbage, part_name, write_partition_checkpoint
 from stores.rocksdb import RocksDBBackend
 from stores.snapshot import Manifest, SnapshotError, ingest_partition, read_manifest
 from stores.snapshot_storage import DirectoryStorage
@@ -35,7 +37,7 @@ def test_a_checkpoint_becomes_a_snapshot_with_the_input_offsets_once_every_parti
     storage, key = DirectoryStorage(tmp_path / "location"), "totals/20261126T070000Z"
     target = tmp_path / "location" / key
     rows = [(b"acc-1", b"\x01"), (b"acc-3", b"\x03")]
-    part = write_partition_checkpoint(checkpointed(tmp_path, 0, rows, 41), storage, key, 0, {"payments": 1_000})
+    part = write_partition_checkpoint(checkpointed(tmp_path, 0, rows, 41), storage, key, 0, {"payments": 1_000}).part
     assert (part.rows, part.changelog_offset, part.input_offsets) == (2, 41, {"payments": 1_000})
     assert not (tmp_path / "checkpoint-0").exists()  # RocksDB's checkpoint is gone once written
     assert assembled(storage, key) is None  # partition 1 is not there yet: no manifest
@@ -64,7 +66,6 @@ def test_a_checkpoint_carried_forward_shares_its_files_and_covers_the_changelog_
     tmp_path: Path,
 ) -> None:
     storage, key = DirectoryStorage(tmp_path), "totals/20261126T070000Z"
-    target = tmp_path / key
     rows = [(b"acc-1", b"\x01")]
     write_partition_checkpoint(checkpointed(tmp_path, 0, rows, 41), storage, key, 0, {"payments": 10})
     write_partition_checkpoint(checkpointed(tmp_path, 1, [], 0), storage, key, 1, {"payments": 3})
@@ -74,9 +75,40 @@ def test_a_checkpoint_carried_forward_shares_its_files_and_covers_the_changelog_
     moved = carry_forward(storage, key, "totals/20261126T080000Z", {0: 95, 1: 12})
     assert (moved.changelog_offsets, moved.input_offsets) == ({0: 95, 1: 12}, original.input_offsets)
     assert moved.created_at > original.created_at and read_manifest(later) == moved
-    sst = "partition-0/000000.sst"
-    assert (target / sst).stat().st_ino == (later / sst).stat().st_ino  # the same file, linked
+    assert moved.files == original.files  # the same shared files, named again
+    assert sorted(path.name for path in later.iterdir()) == ["manifest.json"]
     restored = RocksDBBackend(tmp_path / "restored")
     assert ingest_partition(restored, later, moved, 0) == 95
     assert list(restored.items()) == rows
+    restored.close()
+
+
+def test_a_checkpoint_after_a_small_change_stores_only_the_new_files_and_unnamed_files_are_deleted(
+    tmp_path: Path,
+) -> None:
+    storage = DirectoryStorage(tmp_path / "location")
+    store = RocksDBBackend(tmp_path / "store")
+    for batch in range(4):  # four SST files of 5,000 keys each
+        store.write([(b"k%06d" % key, b"v" * 40) for key in range(batch * 5_000, (batch + 1) * 5_000)], batch + 1)
+        store.checkpoint(tmp_path / "flushed")  # a checkpoint flushes the memtable into an SST file
+        shutil.rmtree(tmp_path / "flushed")
+    store.checkpoint(tmp_path / "first")
+    first = write_partition_checkpoint(tmp_path / "first", storage, "totals/c1", 0, {"payments": 20_000})
+    store.write([(b"k000007", b"changed"), (b"k019999", None)], 5)
+    store.checkpoint(tmp_path / "second")
+    second = write_partition_checkpoint(tmp_path / "second", storage, "totals/c2", 0, {"payments": 20_002})
+    store.close()
+    assert first.uploaded_bytes == first.total_bytes > 100_000
+    assert 0 < second.uploaded_bytes < first.uploaded_bytes / 20  # the four SST files were there already
+    assert {file.key for file in first.part.files} & {file.key for file in second.part.files}
+    assert collect_garbage(storage, "totals", 0) == []  # both parts name their files
+    shutil.rmtree(tmp_path / "location" / "totals" / "c1")  # pruned
+    gone = collect_garbage(storage, "totals", 0)
+    assert gone and not {name for name in gone} & {Path(file.key).name for file in second.part.files}
+    manifest = Manifest(app="bank", store="totals", partitions=1, key_serde="str", value_serde="msgpack",
+                        changelog_offsets={0: 5}, files={0: second.part.files})  # fmt: skip
+    restored = RocksDBBackend(tmp_path / "restored")
+    ingest_partition(restored, tmp_path / "location" / "totals" / "c2", manifest, 0)
+    assert restored.get(b"k000007") == b"changed" and restored.get(b"k019999") is None
+    assert sum(1 for _ in restored.items()) == 19_999 and restored.changelog_offset() == 5
     restored.close()

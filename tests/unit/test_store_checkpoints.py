@@ -79,8 +79,17 @@ async def test_every_period_makes_one_checkpoint_of_every_partition_and_keeps_th
             checkpoints.after_commit(each, offsets(partition, 100 * period))
         await checkpoints.finish()
     kept = sorted(path.name for path in (tmp_path / "location" / "counts").iterdir())
-    assert kept == [checkpoint_name(1_795_000_010_000), checkpoint_name(1_795_000_020_000)]  # keep: 2, and no
-    # incomplete one older than the newest complete one
+    assert kept == [checkpoint_name(1_795_000_010_000), checkpoint_name(1_795_000_020_000), "_shared"]  # keep: 2,
+    # and no incomplete one older than the newest complete one
+    named = [read_manifest(tmp_path / "location" / "counts" / name).files for name in kept[:2]]
+    for partition in (0, 1):
+        stored = {
+            path.name for path in (tmp_path / "location" / "counts" / "_shared" / f"partition-{partition}").iterdir()
+        }
+        wanted = {Path(file.key).name for files in named for file in files[partition]}
+        # partition 1 completed the last checkpoint, pruned the first and then its own files; partition 0's
+        # unnamed files go at its next checkpoint
+        assert stored == wanted if partition == 1 else stored >= wanted
 
 
 async def test_a_request_is_taken_without_a_schedule_and_a_task_missing_an_input_offset_waits(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ class Counters:
     snapshot_ingests: int = 0  # store partitions loaded from a snapshot before their changelog tail
     snapshot_rows: int = 0
     snapshot_seconds: float = 0.0
+    snapshot_records_spared: int = 0  # changelog records those loads spared replaying from the changelog's start
     broker_outages: int = 0  # times Kafka became unreachable (runtime/kafka/outages.py)
     broker_outage_seconds: float = 0.0  # how long those that ended lasted
     # What processors count themselves (`ctx.count`): {processor: {counter: total}}.

@@ -127,16 +127,22 @@ class SnapshotIngest:
         finally:
             self._progress.finish(bar)
         elapsed = time.monotonic() - started
+        spared = max(0, offset - changelog_start)  # what a restore from the changelog's start would replay
         self._counters.snapshot_ingests += 1
         self._counters.snapshot_rows += rows
         self._counters.snapshot_seconds += elapsed
+        self._counters.snapshot_records_spared += spared
         log.info(
-            "ingested snapshot into store %s partition %d: %d rows in %.2fs (%.0f/s)",
+            "ingested snapshot into store %s partition %d: %d rows in %.2fs (%.0f/s), "
+            "%d changelog records not replayed (offsets %d..%d)",
             entry.name,
             partition,
             rows,
             elapsed,
             rows / elapsed if elapsed else 0.0,
+            spared,
+            changelog_start,
+            offset,
         )
 
 

@@ -65,6 +65,11 @@ COUNTER_FIELDS: Final = {
     "snapshot_ingests": ("restore.snapshot.ingests", "{partition}", "Store partitions loaded from snapshots."),
     "snapshot_rows": ("restore.snapshot.rows", "{row}", "Rows loaded from store snapshots."),
     "snapshot_seconds": ("restore.snapshot.time", "s", "Time spent loading store snapshots."),
+    "snapshot_records_spared": (
+        "restore.snapshot.records_spared",
+        "{record}",
+        "Changelog records not replayed because a snapshot was loaded.",
+    ),
     "broker_outages": ("kafka.outages", "{outage}", "Times Kafka became unreachable."),
     "broker_outage_seconds": ("kafka.outage.time", "s", "How long the outages that ended lasted."),
 }

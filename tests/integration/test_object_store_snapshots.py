@@ -5,6 +5,7 @@ gone restores from the newest, and an object whose bytes are not those its manif
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from runtime.devs3.server import LocalS3
 from stores.snapshot import parse_manifest
 from tests.conftest import TopicNamer
-from tests.integration.test_rewind import checkpointing_app, latest, runtime
+from tests.integration.test_rewind import PARTITIONS, checkpointing_app, latest, runtime
 from tests.integration.test_state import true_counts
 from tests.support.kafka_helpers import produce
 from tests.support.running import numbered, write_app
@@ -65,6 +66,8 @@ def test_a_state_directory_wiped_is_restored_from_a_checkpoint_in_a_bucket_and_a
     restored = runtime(kafka_bootstrap, str(path), "--until-caught-up")
     assert restored.returncode == 0, restored.stderr
     assert f"ingesting snapshot s3://{bucket}/{newest} " in restored.stderr, restored.stderr[-3000:]
+    spared = [int(found) for found in re.findall(r"(\d+) changelog records not replayed", restored.stderr)]
+    assert len(spared) == PARTITIONS and sum(spared) == sum(manifest.changelog_offsets.values()) > 0
     counts = {key: update["count"] for key, update in latest(kafka_bootstrap, sink, bytes.decode).items()}
     assert counts == true_counts(390)
     assert latest(kafka_bootstrap, f"{app['app_id']}-counts-changelog", msgpack.unpackb) == true_counts(390)

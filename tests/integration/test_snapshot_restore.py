@@ -53,6 +53,7 @@ async def test_snapshot_plus_tail_equals_full_changelog_and_replays_only_the_tai
     assert from_snapshot.counters.snapshot_ingests == PARTITIONS
     assert from_snapshot.counters.snapshot_rows == sum(manifest.row_counts.values()) > 0
     assert from_snapshot.counters.restored == sum(ends[p] - offsets[p] for p in range(PARTITIONS)) == len(tail)
+    assert from_snapshot.counters.snapshot_records_spared == sum(offsets.values()) == 4000  # the changelog's start: 0
 
     restored_fully = store_contents(tmp_path / "full", app_id)
     restored_fast = store_contents(tmp_path / "fast", app_id)
@@ -64,7 +65,11 @@ async def test_snapshot_plus_tail_equals_full_changelog_and_replays_only_the_tai
     ahead = await restore_only(
         snapshot_app(app_id, source, sink, tmp_path / "full", tmp_path / "snapshots"), kafka_bootstrap
     )
-    assert (ahead.counters.snapshot_ingests, ahead.counters.restored) == (0, 0)
+    assert (ahead.counters.snapshot_ingests, ahead.counters.restored, ahead.counters.snapshot_records_spared) == (
+        0,
+        0,
+        0,
+    )
     assert store_contents(tmp_path / "full", app_id) == restored_fully
 
 

@@ -83,8 +83,8 @@ def test_a_checkpoint_after_a_small_change_uploads_a_fraction_of_the_first_and_p
     location = f"s3://{bucket}/app"
     storage = ObjectStorage(ObjectUrl.parse(location), object_store.client())
     store = RocksDBBackend(tmp_path / "store")
-    for batch in range(4):  # four SST files of 5,000 keys each
-        store.write([(b"k%06d" % key, b"v" * 40) for key in range(batch * 5_000, (batch + 1) * 5_000)], batch + 1)
+    for batch in range(2):  # two SST files of 10,000 keys each: four would start a compaction, rewriting them
+        store.write([(b"k%06d" % key, b"v" * 40) for key in range(batch * 10_000, (batch + 1) * 10_000)], batch + 1)
         store.checkpoint(tmp_path / "flushed")  # a checkpoint flushes the memtable into an SST file
         shutil.rmtree(tmp_path / "flushed")
 

@@ -27,6 +27,7 @@ from stores.object_url import ObjectUrl
 from stores.snapshot import SnapshotError, sha256_file
 
 SnapshotLocation = Path | ObjectUrl
+SST_SUFFIX = ".sst"
 
 
 class SnapshotStorage(ABC):
@@ -75,8 +76,8 @@ class SnapshotStorage(ABC):
     @abstractmethod
     def fetch_file(self, key: str, target: Path, sha256: str) -> None:
         """The object at `key` as the local file `target`, checked against its checksum: a corrupt, partial or
-        missing one is refused, naming it. `target` may share its bytes with the location's (a hard link):
-        it must never be written in place."""
+        missing one is refused, naming it. An SST file may share its bytes with the location's (a hard
+        link): SST files are never written in place."""
 
     @abstractmethod
     def local_files(self, key: str, checksums: dict[str, str]) -> AbstractContextManager[Path]:
@@ -147,9 +148,12 @@ class DirectoryStorage(SnapshotStorage):
         target.parent.mkdir(parents=True, exist_ok=True)
         if not source.is_file():
             raise SnapshotError(f"{source} is listed in its manifest but missing")
-        try:
-            os.link(source, target)  # the location's files are never changed in place
-        except OSError:
+        if source.suffix == SST_SUFFIX:
+            try:
+                os.link(source, target)  # SST files are never written again, here or by the store they join
+            except OSError:
+                shutil.copyfile(source, target)
+        else:  # RocksDB's MANIFEST and WAL: copied, as the store may write on where they end
             shutil.copyfile(source, target)
         actual = sha256_file(target)
         if actual != sha256:

@@ -92,11 +92,11 @@ class SnapshotPlace:
 
     def write_partition(self, partition: int, rows: Iterable[tuple[bytes, bytes]]) -> PartitionWritten:
         """One partition's SST, in place when this returns; runs in a Spark task."""
-        storage = self.storage
-        with storage.workspace(self.key) as workspace:
+        with tempfile.TemporaryDirectory(prefix="snapshot-part-") as scratch:
+            workspace = Path(scratch)
             written = write_partition(workspace, partition, rows)
             for name in written.checksums:
-                storage.publish(workspace, self.key, name)
+                self.storage.put_file(workspace / name, f"{self.key}/{name}")
         return written
 
     def commit(self, manifest: Manifest) -> None:

@@ -39,6 +39,9 @@ SINGLE_NODE_SETTINGS = {
     "default.replication.factor": "1",
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "1000",
+    # A killed worker's open transaction is aborted within a second of its timeout, not ten: the other
+    # workers wait for that abort before they read its partitions' offsets.
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
     "auto.create.topics.enable": "false",
     "log.cleaner.backoff.ms": "500",
     "log.cleaner.min.cleanable.ratio": "0.01",

@@ -169,10 +169,11 @@ class BufferedKeyValueStore:
         value = self._backend.get(key_bytes)
         return None if value is None else self._values.deserialize(value)
 
-    def committed_prefix(self, prefix: bytes, limit: int) -> list[tuple[Any, Any]]:
-        """At most `limit` decoded pairs whose encoded key starts with `prefix`, as the last commit left them."""
+    def committed_range(self, lower: bytes | None, upper: bytes | None, limit: int) -> list[tuple[Any, Any]]:
+        """At most `limit` decoded pairs with `lower <= key < upper` by encoded key bytes (`None` leaves a side
+        open), as the last commit left them."""
         pairs: list[tuple[bytes, bytes]] = []
-        for key, value in self._backend.items(prefix, prefix_end(prefix)):
+        for key, value in self._backend.items(lower, upper):
             if len(pairs) == limit:
                 break
             pairs.append((key, value))

@@ -25,13 +25,17 @@ def parser() -> argparse.ArgumentParser:
     parser = command_parser(
         "query",
         "A running app's store, read through its workers' query endpoints (the app's `queries:` section): "
-        "one key's value, or the keys under a prefix, with the input offsets the answer reflects.",
+        "one key's value, or the keys under a prefix or in a range, with the input offsets the answer reflects.",
         EPILOG,
     )
     parser.add_argument("app", type=Path, help="the app's YAML file")
     parser.add_argument("store", help="the store's name, as the YAML names it")
     parser.add_argument("key", nargs="?", help="the key as text, encoded with the store's key serde (JSON if not text)")
     parser.add_argument("--prefix", help="instead of KEY: every key that starts with PREFIX, over all partitions")
+    parser.add_argument(
+        "--from", dest="start", help="instead of KEY: every key from START (included), over all partitions"
+    )
+    parser.add_argument("--to", dest="end", help="instead of KEY: every key below END (with or without --from)")
     parser.add_argument(
         "--url", help="the worker to ask (default: worker 0 at queries.advertised_host or queries.host, health.port)"
     )
@@ -40,12 +44,14 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    if (args.key is None) == (args.prefix is None):
-        parser().error("give a KEY or --prefix, not both")
+    ranges = {"prefix": args.prefix, "from": args.start, "to": args.end}
+    asked = {name: value for name, value in ranges.items() if value is not None}
+    if (args.key is None) == (not asked) or ("prefix" in asked and len(asked) > 1):
+        parser().error("give a KEY, --prefix, or --from and/or --to: one of them")
 
     def body() -> int:
         app = load_app(args.app)
-        status, answer = ask(query_url(app, args.url, args.store, args.key, args.prefix), token(app))
+        status, answer = ask(query_url(app, args.url, args.store, args.key, asked), token(app))
         if status != 200:
             raise CommandFailed(str(answer.get("error", f"HTTP {status}")))
         print(json.dumps(answer, indent=2))
@@ -54,7 +60,8 @@ def main(argv: list[str]) -> int:
     return run(args.app, body)
 
 
-def query_url(app: AppConfig, url: str | None, store: str, key: str | None, prefix: str | None) -> str:
+def query_url(app: AppConfig, url: str | None, store: str, key: str | None, keys: dict[str, str]) -> str:
+    """The key's URL, or the keys' asked for by `keys`: `prefix`, or `from` and `to`."""
     queries, health = app.queries, app.health
     if queries is None or health is None:
         raise ConfigError("queries: the app serves no queries: add a queries section (and a health section)")
@@ -62,7 +69,7 @@ def query_url(app: AppConfig, url: str | None, store: str, key: str | None, pref
     path = f"{base}/stores/{urllib.parse.quote(store, safe='')}"
     if key is not None:
         return f"{path}/{urllib.parse.quote(key, safe='')}"
-    return f"{path}?{urllib.parse.urlencode({'prefix': prefix})}"
+    return f"{path}?{urllib.parse.urlencode(keys)}"
 
 
 def token(app: AppConfig) -> str | None:

@@ -10,7 +10,7 @@ from runtime.health.queries import ANY_ADDRESS
 
 
 class QueriesConfig(Strict):
-    """`GET /stores/NAME/KEY` and `GET /stores/NAME?prefix=P`, served on the health port (`health:` is
+    """`GET /stores/NAME/KEY`, `GET /stores/NAME?prefix=P` and `?from=A&to=B`, served on the health port (`health:` is
     required): each worker answers for its own partitions and asks the owner of any other."""
 
     # The address the query endpoints answer on: a request reaching the health port on another one is

@@ -28,10 +28,12 @@ from runtime.kafka.group_assignor import Membership
 from runtime.state.task_state import TaskState
 from runtime.task.task import Task, TaskId, TaskPhase
 from stores.partitioner import partition_for
+from stores.ranges import prefix_end
 from stores.serdes import BytesSerde, resolve_serde
 from stores.text_keys import KeyNotEncodable, encoded_key
 
 PATH_PREFIX = "/stores/"
+RANGE_FIELDS = ("prefix", "from", "to")
 
 
 class Unanswered(Exception):
@@ -56,6 +58,30 @@ class QueriedStore:
 
 
 @dataclass(frozen=True)
+class KeyRange:
+    """The keys a range read asks for, by encoded key bytes: those under a prefix, or from one key up to
+    (not including) another, either side left open when not given."""
+
+    lower: bytes | None
+    upper: bytes | None
+    fields: dict[str, str]  # as asked: told in the answer, and passed on to the owners of other partitions
+
+    @classmethod
+    def asked(cls, store: QueriedStore, query: Mapping[str, list[str]]) -> KeyRange:
+        fields = {name: query[name][0] for name in RANGE_FIELDS if name in query}
+        if "prefix" in fields:
+            if len(fields) > 1:
+                raise not_queryable("ask for keys under a prefix, or from one key to another, not both")
+            lower = fields["prefix"].encode()
+            return cls(lower, prefix_end(lower), fields)
+        try:
+            bounds = {name: store.key_bytes(text) for name, text in fields.items()}
+        except KeyNotEncodable as error:
+            raise not_queryable(str(error)) from None
+        return cls(bounds.get("from"), bounds.get("to"), fields)
+
+
+@dataclass(frozen=True)
 class Session:
     """What the worker's session has built, for the queries to find the tasks and their partitions by."""
 
@@ -66,7 +92,8 @@ class Session:
 
 
 class StoreQueries:
-    """The answers to `/stores/NAME/KEY` and `/stores/NAME?prefix=P`, given from the health server's threads."""
+    """The answers to `/stores/NAME/KEY`, `/stores/NAME?prefix=P` and `/stores/NAME?from=A&to=B`, given from the
+    health server's threads."""
 
     def __init__(self, config: AppConfig, address: str, timeout_s: float, max_items: int):
         self.membership = Membership(address)
@@ -100,9 +127,11 @@ class StoreQueries:
         store = self._store(urllib.parse.unquote(name), session)
         if key:
             return self._key(store, urllib.parse.unquote(key), request, session)
-        if "prefix" in request.query:
-            return self._prefix(store, request, session)
-        raise Unanswered(Reply(HTTPStatus.NOT_FOUND, {"error": "ask /stores/NAME/KEY, or /stores/NAME?prefix=P"}))
+        if any(name in request.query for name in RANGE_FIELDS):
+            return self._range(store, request, session)
+        raise Unanswered(
+            Reply(HTTPStatus.NOT_FOUND, {"error": "ask /stores/NAME/KEY, /stores/NAME?prefix=P or ?from=A&to=B"})
+        )
 
     def _store(self, name: str, session: Session) -> QueriedStore:
         for spec in self._config.processors:
@@ -131,9 +160,9 @@ class StoreQueries:
             return self._forwarded(owner, request, store, partition)
         return self._on_loop(session, self._read_key(store, partition, text, key, session))
 
-    def _prefix(self, store: QueriedStore, request: QueryRequest, session: Session) -> Reply:
-        """Every partition's pairs under the prefix, each partition's from its owner, with its offsets."""
-        prefix = request.query["prefix"][0]
+    def _range(self, store: QueriedStore, request: QueryRequest, session: Session) -> Reply:
+        """Every partition's pairs in the range, each partition's from its owner, with its offsets."""
+        keys = KeyRange.asked(store, request.query)
         asked = request.query.get("partitions", [""])[0]
         try:
             partitions = (
@@ -147,9 +176,9 @@ class StoreQueries:
             if owner != self.address and request.forwarded:
                 raise not_owned(store, partition)
             by_owner.setdefault(owner, []).append(partition)
-        answers = [self._on_loop(session, self._read_prefix(store, by_owner.pop(self.address, []), prefix, session))]
+        answers = [self._on_loop(session, self._read_range(store, by_owner.pop(self.address, []), keys, session))]
         for owner, theirs in by_owner.items():
-            query = urllib.parse.urlencode({"prefix": prefix, "partitions": ",".join(map(str, theirs))})
+            query = urllib.parse.urlencode(keys.fields | {"partitions": ",".join(map(str, theirs))})
             answers.append(self._forwarded(owner, request, store, theirs[0], f"{request.path}?{query}"))
         for reply in answers:
             if reply.status != HTTPStatus.OK:
@@ -157,7 +186,7 @@ class StoreQueries:
         items = [item for reply in answers for item in reply.body["items"]]
         read = sorted((part for reply in answers for part in reply.body["partitions"]), key=lambda p: p["partition"])
         truncated = len(items) > self._max_items or any(reply.body["truncated"] for reply in answers)
-        body = {"store": store.name, "prefix": prefix, "items": items[: self._max_items], "partitions": read}
+        body = {"store": store.name, **keys.fields, "items": items[: self._max_items], "partitions": read}
         return Reply(HTTPStatus.OK, body | {"truncated": truncated})
 
     def _owner(self, store: QueriedStore, partition: int) -> str:
@@ -210,13 +239,13 @@ class StoreQueries:
         body |= {"value": jsonable(value), "offsets": offsets(state.committed_offsets), "worker": self.address}
         return Reply(HTTPStatus.OK, body)
 
-    async def _read_prefix(self, store: QueriedStore, partitions: list[int], prefix: str, session: Session) -> Reply:
+    async def _read_range(self, store: QueriedStore, partitions: list[int], keys: KeyRange, session: Session) -> Reply:
         items: list[dict[str, Any]] = []
         read: list[dict[str, Any]] = []
         truncated = False
         for partition in partitions:
             state = self._state(store, partition, session)
-            pairs = state.stores[store.name].store.committed_prefix(prefix.encode(), self._max_items + 1)
+            pairs = state.stores[store.name].store.committed_range(keys.lower, keys.upper, self._max_items + 1)
             truncated = truncated or len(pairs) > self._max_items
             items += [
                 {"key": jsonable(key), "value": jsonable(value), "partition": partition}

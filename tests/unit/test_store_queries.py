@@ -72,10 +72,12 @@ def test_a_read_of_the_committed_view_sees_no_buffered_write() -> None:
     assert store.get("a1") == 2, "the task reads its own writes"
     assert store.committed_get(b"a1") == 1
     assert store.committed_get(b"a2") is None
-    assert store.committed_prefix(b"a", 10) == [("a1", 1)]
+    assert store.committed_range(b"a", b"b", 10) == [("a1", 1)]
     store.flush()
-    assert store.committed_prefix(b"a", 10) == [("a1", 2), ("a2", 5)]
-    assert store.committed_prefix(b"a", 1) == [("a1", 2)]
+    assert store.committed_range(b"a", b"b", 10) == [("a1", 2), ("a2", 5)]
+    assert store.committed_range(b"a", b"b", 1) == [("a1", 2)]
+    assert store.committed_range(b"a2", None, 10) == [("a2", 5)]
+    assert store.committed_range(None, b"a2", 10) == [("a1", 2)]
 
 
 def app(tmp_path: Path, queries: dict[str, Any] | None = None, health: dict[str, Any] | None = None) -> Any:
@@ -121,6 +123,12 @@ def request(path: str, forwarded: bool = False, **query: str) -> QueryRequest:
 
 async def ask(queries: StoreQueries, path: str, forwarded: bool = False, **query: str) -> Reply:
     return await asyncio.to_thread(queries.answer, request(path, forwarded, **query))
+
+
+async def ask_range(queries: StoreQueries, fields: dict[str, str]) -> Reply:
+    """`from` is no Python name: the range's fields as a dict."""
+    query = {name: [value] for name, value in fields.items()}
+    return await asyncio.to_thread(queries.answer, QueryRequest("/stores/counts", query, False, None))
 
 
 async def test_a_key_of_this_worker_is_read_on_its_loop_with_the_offsets_of_its_last_commit(tmp_path: Path) -> None:
@@ -263,7 +271,12 @@ def test_the_query_command_prints_the_answer_or_says_why_there_is_none(
         assert query_command([str(yaml), "counts", "user 1", "--url", f"http://{owner}"]) == 0
         assert json.loads(capsys.readouterr().out) == {"worker": owner}
         assert query_command([str(yaml), "counts", "--prefix", "user", "--url", f"http://{owner}"]) == 0
-        assert [path for path, _ in asked] == ["/stores/counts/user%201", "/stores/counts?prefix=user"]
+        assert query_command([str(yaml), "counts", "--from", "a b", "--url", f"http://{owner}"]) == 0
+        assert [path for path, _ in asked] == [
+            "/stores/counts/user%201", "/stores/counts?prefix=user", "/stores/counts?from=a+b",
+        ]  # fmt: skip
+    with pytest.raises(SystemExit):
+        query_command([str(yaml), "counts", "--prefix", "user", "--to", "v"])
     port = free_port()
     server = HealthServer(Probes(30.0, list), "127.0.0.1", port, QueryEndpoint(Rebalancing(), "127.0.0.1", "s3cret"))
     server.start()
@@ -279,7 +292,7 @@ class Rebalancing:
         return Reply(HTTPStatus.SERVICE_UNAVAILABLE, {"error": "the group is rebalancing"})
 
 
-async def test_a_prefix_is_read_from_every_partition_each_with_its_offsets(tmp_path: Path) -> None:
+async def test_a_prefix_or_a_range_is_read_from_every_partition_each_with_its_offsets(tmp_path: Path) -> None:
     stores = {
         p: BufferedKeyValueStore(MemoryBackend(), resolve_serde("str"), resolve_serde("msgpack")) for p in range(4)
     }
@@ -302,6 +315,16 @@ async def test_a_prefix_is_read_from_every_partition_each_with_its_offsets(tmp_p
     assert [(p["partition"], p["offsets"][0]["offset"]) for p in reply.body["partitions"]] == [
         (p, 100 + p) for p in range(4)
     ]
+    between = await ask_range(queries, {"from": "user-10", "to": "user-2"})
+    assert between.status == HTTPStatus.OK and between.body["from"] == "user-10" and not between.body["truncated"]
+    assert sorted(item["key"] for item in between.body["items"]) == ["user-10", "user-11"], "from <= key < to"
+    above = await ask_range(queries, {"from": "user-8"})
+    assert sorted(item["key"] for item in above.body["items"]) == ["user-8", "user-9"], "no `to`: open above"
+    below = await ask(queries, "/stores/counts", to="other~")
+    assert [item["key"] for item in below.body["items"]] == ["other"], "no `from`: open below"
+    both = await ask(queries, "/stores/counts", prefix="user-", to="user-5")
+    assert both.status == HTTPStatus.BAD_REQUEST, "a prefix or a range, not both"
+
     queries.membership.owners = {("in", p): HERE for p in range(3)}
     missing = await ask(queries, "/stores/counts", prefix="user-")
     assert missing.status == HTTPStatus.SERVICE_UNAVAILABLE, "a partition owned by nobody: no partial answer"

@@ -19,6 +19,15 @@ STORES = "/stores/"
 log = logging.getLogger(__name__)
 
 
+class Listener(ThreadingHTTPServer):
+    """A thread per request, and a listen backlog for a burst of queries: while the event loop holds the GIL,
+    connections wait to be accepted, and past the default backlog of 5 the kernel drops them, each then
+    retried by its client a second later."""
+
+    daemon_threads = True
+    request_queue_size = 128
+
+
 class HealthServer:
     """`GET /live` and `GET /ready`: 200 or 503, with a short JSON body saying why; with `queries`, the
     store queries under `/stores/` too."""
@@ -68,8 +77,7 @@ class HealthServer:
                 pass
 
         self._also = ", /stores/" if queries is not None else ""
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        self._server = Listener((host, port), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="health endpoints", daemon=True)
 
     @property

@@ -4,6 +4,8 @@ processing, each answered over HTTP with a JSON body saying why."""
 from __future__ import annotations
 
 import asyncio
+import select
+import socket
 import time
 from typing import Any
 
@@ -54,6 +56,25 @@ def test_the_server_answers_200_or_503_with_the_reason_and_404_elsewhere() -> No
         status, body = get(server.port, "/metrics")
         assert status == 404 and "/live or /ready" in body["error"]
     finally:
+        server.stop()
+
+
+def test_a_burst_of_connections_waits_to_be_accepted_rather_than_being_refused() -> None:
+    """While the event loop holds the GIL the server's thread accepts late; the connections meanwhile wait
+    in the listen backlog, where past 5 the kernel would drop them and their clients retry a second later."""
+    server = HealthServer(Probes(30.0, list), "127.0.0.1", 0)  # listening, but not started: nothing accepts
+    clients = [socket.socket() for _ in range(32)]
+    try:
+        for client in clients:
+            client.setblocking(False)
+            client.connect_ex(("127.0.0.1", server.port))
+        time.sleep(0.2)
+        _, connected, _ = select.select([], clients, [], 0)
+        assert len(connected) == len(clients), "connections beyond the backlog were dropped"
+    finally:
+        for client in clients:
+            client.close()
+        server.start()
         server.stop()
 
 

@@ -2,16 +2,18 @@
 (local) and keys it asks the owner for (routed), and what they cost the processing rate.
 
 `python -m bench.queries [--records 300000] [--keys 10000] [--runs 3] [--partitions 6] [--concurrency 8]
-[--guarantee exactly_once] [--bootstrap HOST:PORT]`
+[--idle-s 3] [--pause-at N] [--guarantee exactly_once] [--bootstrap HOST:PORT]`
 
-Each run has three rounds, each the counting app (`CountPerKey`, a RocksDB store of str keys with a changelog)
-under `--workers 2` with a new app id and input topic: without queries, then with a client keeping
-`--concurrency` queries in flight to worker 0 for keys of the partitions it owns (local), then for keys of
-worker 1's partitions, which worker 0 asks worker 1 for (routed). Which worker owns a partition is learnt
-from the answers, which name the worker that read them. The input is written in one transaction, left open
-until both workers were assigned their share (the runtime reads read_committed, so it sees none of it), then
-committed: the workers process it at full rate from there, and the processing time ends when the group's
-committed offsets reach its last record. The queries are asked, and counted, over that time only.
+Each of the `--runs` rounds runs the counting app (`CountPerKey`, a RocksDB store of str keys with a
+changelog) three times under `--workers 2`, each with a new app id and input topic, in an order rotated from
+round to round: without queries; with a client keeping `--concurrency` queries in flight to worker 0 for keys
+of the partitions it owns (local); and for keys of worker 1's partitions, which worker 0 asks worker 1 for
+(routed). Which worker owns a partition is learnt from the answers, which name the worker that read them. The
+input is written in one transaction, left open until both workers were assigned their share (the runtime reads
+read_committed, so it sees none of it), then committed: the workers process it at full rate from there, and
+the processing time ends when the group's committed offsets reach its last record. The queries are asked, and
+counted, over that time only; then for `--idle-s` more against the idle workers: their baseline, under the
+same load of the machine.
 """
 
 from __future__ import annotations
@@ -138,9 +140,21 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--concurrency", type=int, default=8, help="queries in flight")
     parser.add_argument("--idle-s", type=float, default=3.0, help="queries asked once the input is processed")
+    parser.add_argument(
+        "--pause-at",
+        type=int,
+        help="the app's queue.pause_at (resume_at a quarter): the records a step takes",
+    )
     parser.add_argument("--guarantee", default="exactly_once", choices=["at_least_once", "exactly_once"])
     parser.add_argument("--bootstrap", help="use this Kafka instead of starting a local broker")
     return parser.parse_args()
+
+
+def queue(args: argparse.Namespace) -> dict[str, Any]:
+    """The app's `queue:` bounds when `--pause-at` sets them: a task's step processes what its queue holds."""
+    if args.pause_at is None:
+        return {}
+    return {"queue": {"pause_at": args.pause_at, "resume_at": args.pause_at // 4}}
 
 
 def health_port() -> int:
@@ -167,7 +181,7 @@ def run_one(variant: str, bootstrap: str, args: argparse.Namespace, workdir: Pat
         guarantee=args.guarantee,
         processor_name="count",
         stores={STORE: {"backend": "rocksdb", "changelog": True, "key_serde": "str"}},
-        extra={"state_dir": str(state_dir), "health": {"host": "127.0.0.1", "port": port}, "queries": {}},
+        extra={"state_dir": str(state_dir), "health": {"host": "127.0.0.1", "port": port}, "queries": {}} | queue(args),
     )
     process = RuntimeProcess(spec.write(workdir), "--workers", "2")
     load = QueryLoad(port, args.keys, args.partitions, variant == "local", args.concurrency)
@@ -265,7 +279,9 @@ def main() -> None:
     runs: list[dict[str, Run]] = []
     with kafka(args.bootstrap) as bootstrap:
         for number in range(1, args.runs + 1):
-            runs.append({variant: run_one(variant, bootstrap, args, workdir) for variant in VARIANTS})
+            order = VARIANTS[number % 3 :] + VARIANTS[: number % 3]  # rotated: none is not always first
+            by_variant = {variant: run_one(variant, bootstrap, args, workdir) for variant in order}
+            runs.append({variant: by_variant[variant] for variant in VARIANTS})
             for run in runs[-1].values():
                 print(f"run {number}/{args.runs} {describe(run, args.records, runs[-1]['none'])}", flush=True)
     records = args.records

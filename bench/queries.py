@@ -45,7 +45,7 @@ from stores.partitioner import partition_for
 
 STORE = "counts"
 VARIANTS = ("none", "local", "routed")
-ASSIGNED = re.compile(r"\[(\d+)\] assigned (\d+) partitions")  # the worker's pid, its share
+MOVED = re.compile(r"\[(\d+)\] (assigned|revoked) (\d+) partitions")  # the worker's pid, how many came or went
 
 
 @dataclass
@@ -228,12 +228,17 @@ async def process_input(
 
 
 async def shares_assigned(process: RuntimeProcess, partitions: int) -> None:
-    """Until both workers hold a share of the partitions, as each last logged its assignment."""
+    """Until both workers hold a share of the partitions, as their logs of what they were assigned and what
+    was revoked add up (a cooperative rebalance logs only the partitions that move)."""
     while True:
         if not process.running():
             raise RuntimeError(f"the runtime exited; log {process.log_path}:\n{process.log_tail()}")
-        shares = {found.group(1): int(found.group(2)) for found in ASSIGNED.finditer(process.log())}
-        if len(shares) == 2 and sum(shares.values()) == partitions and max(shares.values()) < partitions:
+        shares: Counter[str] = Counter()
+        for found in MOVED.finditer(process.log()):
+            pid, moved, count = found.groups()
+            shares[pid] += int(count) if moved == "assigned" else -int(count)
+        held = [share for share in shares.values() if share]
+        if len(held) == 2 and sum(held) == partitions and max(held) < partitions:
             return
         await asyncio.sleep(0.2)
 

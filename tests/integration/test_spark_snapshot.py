@@ -215,49 +215,49 @@ def _counted(keys: int, numbers: range) -> list[tuple[bytes, bytes]]:
     return [(f"k{n % keys}".encode(), msgpack.packb({"n": n})) for n in numbers]
 
 
-def test_an_app_moves_from_2_to_4_partitions_with_its_state_repartitioned(
+def test_an_app_moves_from_6_to_12_partitions_with_its_state_repartitioned(
     spark: Any, kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
 ) -> None:
-    """The procedure of docs/snapshots.md: the counting app drains its input at 2 partitions and stops;
-    its changelog is snapshotted, the changelog and state deleted, the snapshot re-partitioned to 4 with
-    the new changelog seeded, the input grown to 4. Every partition of the app at 4 then holds what an
-    app that counted at 4 from the start holds, and so does one restoring from the seeded changelog alone.
+    """The procedure of docs/snapshots.md: the counting app drains its input at 6 partitions and stops;
+    its changelog is snapshotted, the changelog and state deleted, the snapshot re-partitioned to 12 with
+    the new changelog seeded, the input grown to 12. Every partition of the app at 12 then holds what an
+    app that counted at 12 from the start holds, and so does one restoring from the seeded changelog alone.
     The store's keys are msgpack and the input's str, so keys placed by the store's bytes would be lost."""
     app_id, source, sink = topic_name("app"), topic_name("in"), topic_name("out")
     changelog = f"{app_id}-{STORE}-changelog"
-    before, after = _counted(12, range(48)), _counted(12, range(48, 84))
-    anyio.run(create_topic, kafka_bootstrap, source, 2)
+    before, after = _counted(30, range(120)), _counted(30, range(120, 210))
+    anyio.run(create_topic, kafka_bootstrap, source, 6)
     anyio.run(produce, kafka_bootstrap, source, before)
-    at_2 = snapshot_app(app_id, source, sink, tmp_path / "state", None, partitions=2)
-    anyio.run(restore_only, at_2, kafka_bootstrap)  # `--until-caught-up`: its input drained
+    at_6 = snapshot_app(app_id, source, sink, tmp_path / "state", None, partitions=6)
+    anyio.run(restore_only, at_6, kafka_bootstrap)  # `--until-caught-up`: its input drained
 
     snapshots = tmp_path / "snapshots"
-    snapshot(spark, bootstrap_servers=kafka_bootstrap, topic=changelog, app=app_id, store=STORE, partitions=2,
-             key_serde="msgpack", value_serde="msgpack", out=tmp_path / "at-2")  # fmt: skip
-    yaml_at_2 = write_app(tmp_path, {**at_2, "kafka": {"bootstrap_servers": kafka_bootstrap}})
-    assert reset.main([str(yaml_at_2), "--to", "latest", "--delete-state", "--delete-changelogs"]) == 0
-    moved = repartition(spark, snapshot_dir=tmp_path / "at-2", partitions=4, out=snapshots / STORE / "at-4",
+    snapshot(spark, bootstrap_servers=kafka_bootstrap, topic=changelog, app=app_id, store=STORE, partitions=6,
+             key_serde="msgpack", value_serde="msgpack", out=tmp_path / "at-6")  # fmt: skip
+    yaml_at_6 = write_app(tmp_path, {**at_6, "kafka": {"bootstrap_servers": kafka_bootstrap}})
+    assert reset.main([str(yaml_at_6), "--to", "latest", "--delete-state", "--delete-changelogs"]) == 0
+    moved = repartition(spark, snapshot_dir=tmp_path / "at-6", partitions=12, out=snapshots / STORE / "at-12",
                         input_key_serde="str", seed=ChangelogSeed(kafka_bootstrap, changelog))  # fmt: skip
-    assert moved.rows_read == moved.rows_written == 12
-    anyio.run(_grow, kafka_bootstrap, source, 4)
+    assert moved.rows_read == moved.rows_written == 30
+    anyio.run(_grow, kafka_bootstrap, source, 12)
     anyio.run(produce, kafka_bootstrap, source, after)
-    at_4 = anyio.run(restore_only, snapshot_app(app_id, source, sink, tmp_path / "state", snapshots, 4),
+    at_12 = anyio.run(restore_only, snapshot_app(app_id, source, sink, tmp_path / "state", snapshots, 12),
                      kafka_bootstrap)  # fmt: skip
-    assert at_4.counters.snapshot_rows == 12
+    assert at_12.counters.snapshot_rows == 30
 
     reference_id, reference_source = topic_name("reference"), topic_name("reference-in")
-    anyio.run(create_topic, kafka_bootstrap, reference_source, 4)
+    anyio.run(create_topic, kafka_bootstrap, reference_source, 12)
     anyio.run(produce, kafka_bootstrap, reference_source, before + after)
-    reference = snapshot_app(reference_id, reference_source, topic_name("reference-out"), tmp_path / "ref", None, 4)
+    reference = snapshot_app(reference_id, reference_source, topic_name("reference-out"), tmp_path / "ref", None, 12)
     anyio.run(restore_only, reference, kafka_bootstrap)
-    from_changelog = snapshot_app(app_id, source, sink, tmp_path / "from-changelog", None, partitions=4)
+    from_changelog = snapshot_app(app_id, source, sink, tmp_path / "from-changelog", None, partitions=12)
     anyio.run(restore_only, from_changelog, kafka_bootstrap)
 
     def counts(state_dir: Path, app: str) -> dict[int, list[tuple[bytes, bytes]]]:
-        return {partition: rows for partition, (rows, _) in store_contents(state_dir, app, 4).items()}
+        return {partition: rows for partition, (rows, _) in store_contents(state_dir, app, 12).items()}
 
     expected = counts(tmp_path / "ref", reference_id)
-    assert sum(msgpack.unpackb(value) for rows in expected.values() for _, value in rows) == 84
+    assert sum(msgpack.unpackb(value) for rows in expected.values() for _, value in rows) == 210
     assert counts(tmp_path / "state", app_id) == expected
     assert counts(tmp_path / "from-changelog", app_id) == expected
 

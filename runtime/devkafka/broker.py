@@ -18,6 +18,7 @@ from pathlib import Path
 from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.errors import KafkaError
 
+from runtime.devkafka.class_sharing import ClassSharing
 from runtime.devkafka.jars import DevKafkaError, classpath, require_tool
 from runtime.devkafka.secured import CLIENT_LISTENERS, INTERNAL, Security
 
@@ -131,6 +132,7 @@ class LocalBroker:
     security: Security | None = None
     secured_ports: dict[str, int] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _class_sharing: ClassSharing = field(default_factory=ClassSharing, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.port = self.port or free_port()
@@ -178,10 +180,11 @@ class LocalBroker:
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
         return path
 
-    def _java(self, *args: str) -> list[str]:
+    def _java(self, *args: str, sharing: list[str]) -> list[str]:
         log4j = resources.files("runtime.devkafka").joinpath("log4j2.yaml")
         return [
             require_tool("java"),
+            *sharing,
             f"-Xmx{self.heap}",
             "-XX:+UseG1GC",
             "-Djava.awt.headless=true",
@@ -196,7 +199,10 @@ class LocalBroker:
             return
         cluster_id = self.cluster_id or uuid.uuid4().hex[:22]
         users = self.security.scram_arguments() if self.security is not None else []
-        command = self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties), *users)
+        command = self._java(
+            "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties), *users,
+            sharing=[*self._class_sharing.mapping(), "-XX:TieredStopAtLevel=1"],  # short-lived: no optimising
+        )  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise DevKafkaError(f"formatting Kafka storage failed:\n{result.stdout}{result.stderr}")
@@ -216,7 +222,12 @@ class LocalBroker:
         self._format_storage(properties)
         with self.log_file.open("ab") as log:
             self.process = subprocess.Popen(
-                self._java("kafka.Kafka", str(properties)),
+                self._java(
+                    "kafka.Kafka",
+                    str(properties),
+                    # A detached broker is stopped by another process, which would not put its archive in place.
+                    sharing=self._class_sharing.mapping() if detach else self._class_sharing.mapping_or_dumping(),
+                ),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -253,6 +264,7 @@ class LocalBroker:
         stop_process(self.process.pid, timeout)
         self.process.wait()
         self.process = None
+        self._class_sharing.exited()
 
 
 def stop_process(pid: int, timeout: float) -> None:

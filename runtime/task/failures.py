@@ -158,10 +158,30 @@ class FailureRoute:
         self._stage, self._processor, self._policy, self._app_id = stage, processor, policy, app_id
         self._dead_letter_topic, self._max_bytes = dead_letter_topic, dead_letter_max_bytes
         self._counters, self._log = counters, summarised
+        self._skips = policy is ErrorPolicy.SKIP
         self._causes: dict[tuple[type[BaseException], str], _Cause] = {}
         self._last: _Cause | None = None
+        # The dead letters' headers of the numbers that repeat: a partition's, and the last timestamp's.
+        self._partition_headers: dict[int, tuple[str, bytes]] = {}
+        self._timestamp: int | None = None
+        self._timestamp_header = ("source.timestamp", b"")
 
     def handle(self, raw: Any, error: BaseException, outputs: Outputs) -> None:
+        cause = self._last
+        if cause is None or cause.error_type is not type(error) or cause.topic != raw.topic:
+            cause = self._last = self._judged(raw, error)  # what a failure of this type is, found once
+        if cause.unparseable:
+            raw = error.recovered  # type: ignore[attr-defined]  # what the bytes of a record fetched unread hold
+        if self._skips:
+            self._counters.skipped += 1
+            if self._log.tells(cause.skipped):
+                log.warning(_TOLD, "skipped", raw.topic, raw.partition, raw.offset, self._stage, self._processor, error)
+            return
+        self._dead_letter(cause, raw, error, outputs)
+
+    def _judged(self, raw: Any, error: BaseException) -> _Cause:
+        """The cause `error` is of, once it is known that the policy applies to it: the checks depend on the
+        error's type only, so a route's failures of the type it saw last skip them."""
         if isinstance(error, _NOT_THE_RECORDS):  # no policy
             if isinstance(error, StopWorker):  # its message says it all
                 raise RecordFailed(
@@ -169,29 +189,23 @@ class FailureRoute:
                     f"{error}"
                 ) from error
             raise error  # the engine's (a schema registry out of reach)
-        policy = self._policy
-        if policy is ErrorPolicy.FAIL:
+        if self._policy is ErrorPolicy.FAIL:
             raise RecordFailed(
                 f"{self._stage} failed in processor '{self._processor}' for record "
                 f"{raw.topic}[{raw.partition}]@{raw.offset}: {type(error).__name__}: {error}"
             ) from error
-        if isinstance(error, UnparseableRecordError):
-            raw = error.recovered  # the record as fetched cannot be read: this is what its bytes still hold
-        cause = self._last
-        if cause is None or cause.error_type is not type(error) or cause.topic != raw.topic:
-            cause = self._last = self._cause(type(error), raw.topic)
-        if policy is ErrorPolicy.SKIP:
-            self._counters.skipped += 1
-            if self._log.tells(cause.skipped):
-                log.warning(_TOLD, "skipped", raw.topic, raw.partition, raw.offset, self._stage, self._processor, error)
-            return
-        self._dead_letter(cause, raw, error, outputs)
+        return self._cause(type(error), raw.topic)
 
     def _dead_letter(self, cause: _Cause, raw: Any, error: BaseException, outputs: Outputs) -> None:
-        key, value = raw.key, raw.value
-        text = error_text(error)
-        message = (text or repr(error)).encode()
+        key, value, partition, timestamp = raw.key, raw.value, raw.partition, raw.timestamp
+        text = error_text(error).encode()
+        message = text or repr(error).encode()
         trace = stack_trace(error, text)
+        partition_header = self._partition_headers.get(partition)
+        if partition_header is None:
+            partition_header = self._partition_headers[partition] = ("source.partition", b"%d" % partition)
+        if timestamp != self._timestamp:  # the records of a burst often share their millisecond
+            self._timestamp, self._timestamp_header = timestamp, ("source.timestamp", b"%d" % timestamp)
         headers = [
             cause.stage_header,
             cause.type_header,
@@ -200,14 +214,14 @@ class FailureRoute:
             cause.app_header,
             cause.processor_header,
             cause.topic_header,
-            ("source.partition", b"%d" % raw.partition),
+            partition_header,
             ("source.offset", b"%d" % raw.offset),
-            ("source.timestamp", b"%d" % raw.timestamp),
+            self._timestamp_header,
         ]
         bound = cause.fixed_bytes + len(message) + len(trace) + len(key or b"") + len(value or b"")
         if raw.headers or bound > self._max_bytes:
             key, value, headers = fit_dead_letter(key, value, raw.headers, headers, self._max_bytes)
-        outputs.append(self._dead_letter_topic, key, value, headers, None, raw.timestamp, None, self._processor)
+        outputs.append(self._dead_letter_topic, key, value, headers, None, timestamp, None, self._processor)
         self._counters.dead_lettered += 1
         stage, processor = self._stage, self._processor
         if headers[-1][0] != TRUNCATED:
@@ -234,6 +248,7 @@ class FailureRoute:
             cause = self._causes[error_type, topic] = _Cause(
                 error_type,
                 topic,
+                issubclass(error_type, UnparseableRecordError),
                 f"dead-lettered in {because}",
                 f"dead-lettered in {because}, cut down to fit",
                 f"skipped in {because}",
@@ -263,6 +278,8 @@ class _Cause:
 
     error_type: type[BaseException]
     topic: str
+    unparseable: bool
+    """The record could not be parsed: its dead letter holds what the error recovered of it."""
     dead_lettered: str
     cut_down: str
     skipped: str

@@ -24,9 +24,9 @@ KEPT = 1024  # formatted paths; past that many, the cache starts over
 _formatted: dict[tuple[int, ...], tuple[tuple[CodeType, ...], bytes]] = {}
 
 
-def stack_trace(error: BaseException, text: str | None = None) -> bytes:
+def stack_trace(error: BaseException, text: bytes | None = None) -> bytes:
     """`error` formatted as `traceback.format_exception` does, from the innermost cause to `error`, in UTF-8;
-    `text` is `error_text(error)`, when the caller has it already."""
+    `text` is `error_text(error)` encoded, when the caller has it already (a dead letter's message)."""
     if error.__cause__ is None and (error.__context__ is None or error.__suppress_context__):
         return _alone(error, text)  # the common case
     chain: list[tuple[bytes, BaseException]] = []
@@ -49,7 +49,7 @@ def stack_trace(error: BaseException, text: str | None = None) -> bytes:
     return b"".join(parts)
 
 
-def _alone(error: BaseException, text: str | None) -> bytes:
+def _alone(error: BaseException, text: bytes | None) -> bytes:
     """`error`'s own part of a chain's trace."""
     if isinstance(error, BaseExceptionGroup):  # rare, and laid out as a tree: the library's own way
         return "".join(traceback.format_exception(error, chain=False)).encode()
@@ -106,7 +106,7 @@ def error_text(error: BaseException) -> str:
         return "<exception str() failed>"
 
 
-def _last_line(error: BaseException, text: str | None) -> bytes:
+def _last_line(error: BaseException, text: bytes | None) -> bytes:
     """The line `traceback.format_exception_only` gives an exception without notes that is no SyntaxError
     (whose lines show where in the source it is)."""
     kind = type(error)
@@ -119,8 +119,9 @@ def _last_line(error: BaseException, text: str | None) -> bytes:
     if getattr(error, "__notes__", None):
         return "".join(traceback.format_exception_only(error)).encode()
     if text is None:
-        text = error_text(error)
-    return b"%s: %s\n" % (name, text.encode()) if text else name + b"\n"
+        text = error_text(error).encode()
+    return b"".join((name, b": ", text, b"\n")) if text else name + b"\n"
 
 
-_names: dict[type[BaseException], bytes] = {}  # as the last line names them; SyntaxError's never kept
+# As the last line names them; SyntaxError's never kept.
+_names: dict[type[BaseException], bytes] = {}

@@ -50,11 +50,17 @@ def stack_trace(error: BaseException, text: bytes | None = None) -> bytes:
 
 
 def _alone(error: BaseException, text: bytes | None) -> bytes:
-    """`error`'s own part of a chain's trace."""
+    """`error`'s own part of a chain's trace, joined from its frames and its last line in one copy."""
     if isinstance(error, BaseExceptionGroup):  # rare, and laid out as a tree: the library's own way
         return "".join(traceback.format_exception(error, chain=False)).encode()
     tb = error.__traceback__
-    return _last_line(error, text) if tb is None else _frames(tb) + _last_line(error, text)
+    frames = b"" if tb is None else _frames(tb)
+    head = _heads.get(type(error))
+    if head is None or getattr(error, "__notes__", None):
+        return frames + _last_line(error, text)
+    if text is None:
+        text = error_text(error).encode()
+    return b"".join((frames, head, b": ", text, b"\n")) if text else b"".join((frames, head, b"\n"))
 
 
 class _LastPath:
@@ -110,18 +116,18 @@ def _last_line(error: BaseException, text: bytes | None) -> bytes:
     """The line `traceback.format_exception_only` gives an exception without notes that is no SyntaxError
     (whose lines show where in the source it is)."""
     kind = type(error)
-    name = _names.get(kind)
-    if name is None:
+    head = _heads.get(kind)
+    if head is None:
         if issubclass(kind, SyntaxError):
             return "".join(traceback.format_exception_only(error)).encode()
         module, qualified = kind.__module__, kind.__qualname__
-        name = _names[kind] = (qualified if module in ("__main__", "builtins") else f"{module}.{qualified}").encode()
+        head = _heads[kind] = (qualified if module in ("__main__", "builtins") else f"{module}.{qualified}").encode()
     if getattr(error, "__notes__", None):
         return "".join(traceback.format_exception_only(error)).encode()
     if text is None:
         text = error_text(error).encode()
-    return b"".join((name, b": ", text, b"\n")) if text else name + b"\n"
+    return b"".join((head, b": ", text, b"\n")) if text else head + b"\n"
 
 
-# As the last line names them; SyntaxError's never kept.
-_names: dict[type[BaseException], bytes] = {}
+# The exception types as the last line names them; SyntaxError's never kept.
+_heads: dict[type[BaseException], bytes] = {}

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from rocksdict import (
+    AccessType,
     BlockBasedIndexType,
     BlockBasedOptions,
     Cache,
@@ -362,3 +363,25 @@ def wipe(path: str | os.PathLike[str]) -> None:
     if strangers:
         raise StoreError(f"not wiping {directory}: it holds files that are not a store's: {sorted(strangers)[:5]}")
     shutil.rmtree(directory)
+
+
+def stored_offset(path: str | os.PathLike[str]) -> int | None:
+    """The changelog offset a store's directory holds, read without its lock: the store may be open in a
+    task or a standby meanwhile. None for a directory that holds no store, or one that cannot be read."""
+    directory = Path(path)
+    if not (directory / "CURRENT").exists():
+        return None
+    try:
+        db = Rdict(
+            str(directory),
+            Options(raw_mode=True),
+            column_families={_META_COLUMN_FAMILY: Options(raw_mode=True)},
+            access_type=AccessType.read_only(),
+        )
+    except Exception:
+        return None
+    try:
+        value = db.get_column_family(_META_COLUMN_FAMILY).get(_offset_key(0))
+    finally:
+        db.close()
+    return None if value is None else int(_OFFSET.unpack(value)[0])

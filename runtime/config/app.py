@@ -91,6 +91,8 @@ class AppConfig(Strict):
     internal_topics: InternalTopicsConfig = Field(default_factory=InternalTopicsConfig)
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
     state_dir: Path = Path("state")
+    # Other workers each keeping a stateful task's RocksDB stores warm from their changelogs, for a fast failover.
+    standby_replicas: int = Field(default=0, ge=0, le=INT32_MAX)
     rocksdb: RocksDBConfig = Field(default_factory=RocksDBConfig)
     # What the stores of a worker hold in memory until their commit: past it, the commit comes early.
     store_buffer_mb: int = Field(default=16, ge=1)

@@ -2,7 +2,12 @@
 
 Every member joins with user data that says what it owns and where its store queries are answered
 (`{"address": ..., "owned": {topic: [partitions]}}`); the leader hands every member the owners map, from
-query address to partitions, in the assignment's user data (runtime/kafka/query_routing.py).
+query address to partitions, in the assignment's user data (`{"owners": ...}`,
+runtime/kafka/query_routing.py).
+
+With standby replicas, each member also tells its state directory (`home`) and the positions of the
+stores it holds there (`positions`, per task), and the leader tells each member the tasks it keeps warm
+(`standbys`), placed by runtime/kafka/standby_placement.py around the tasks' balanced owners.
 
 Partition N of every input goes to one worker (co-partitioned inputs meet there, docs/design.md's walk of
 a record), so both assignors deal in partition numbers, "units", not in topic partitions:
@@ -23,6 +28,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from aiokafka import TopicPartition
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
@@ -32,11 +38,32 @@ from runtime.kafka.aiokafka_internals import (
     ConsumerProtocolMemberAssignment,
     ConsumerProtocolMemberMetadata,
 )
-from runtime.kafka.query_routing import Owners, decoded_owners, encoded_owners
+from runtime.kafka.query_routing import Owners, decoded_owners, json_object, owners_by_address
+from runtime.kafka.standby_placement import Task, place, task_name
 
 COOPERATIVE_STICKY = "cooperative-sticky"
 RANGE = "range"
 VERSION = 0
+
+
+class StandbyHost(Protocol):
+    """What keeps this member's standbys: the positions of the stores its state directory holds, and the
+    tasks the leader asks it to keep warm."""
+
+    def positions(self) -> Mapping[Task, int]: ...
+
+    def follow(self, tasks: set[Task]) -> None: ...
+
+
+@dataclass(frozen=True)
+class StandbyGroup:
+    """`first_inputs`: each stateful processor's first input, whose partition N its task N reads; `home`: this
+    member's state directory (host and path), which the members that share it share their stores in."""
+
+    replicas: int
+    first_inputs: Mapping[str, str]
+    home: str
+    host: StandbyHost
 
 
 @dataclass
@@ -49,12 +76,17 @@ class Membership:
     """The partitions it still runs tasks of as it joins (the group coordinator sets them before each join)."""
     owners: Owners | None = field(default=None)
     """The owners map of the last assignment; None while a rebalance took this worker's partitions away."""
+    standbys: StandbyGroup | None = None
+    """Set when the app keeps standby replicas."""
 
     def user_data(self) -> bytes:
         owned: dict[str, list[int]] = defaultdict(list)
         for tp in sorted(self.owned):
             owned[tp.topic].append(tp.partition)
-        return json.dumps({"address": self.address, "owned": owned}).encode()
+        joined: dict[str, Any] = {"address": self.address, "owned": owned}
+        if self.standbys is not None:
+            joined |= {"home": self.standbys.home, "positions": dict(self.standbys.host.positions())}
+        return json.dumps(joined).encode()
 
 
 @dataclass(frozen=True)
@@ -64,24 +96,39 @@ class MemberReport:
     topics: frozenset[str]
     address: str | None
     owned: frozenset[TopicPartition]
+    home: str | None = None
+    """Its state directory; None from a member without standbys."""
+    positions: Mapping[Task, int] = field(default_factory=dict)
+    """Its stores' positions per task."""
 
 
 def member_report(metadata: ConsumerProtocolMemberMetadata) -> MemberReport:
     """A member's subscription and user data; a member that sent none, or none this runtime reads (a plain
     range assignor's), has no address and owns nothing."""
-    try:
-        data = json.loads(metadata.user_data or b"null")
-    except ValueError:
-        data = None
-    data = data if isinstance(data, dict) else {}
+    data = json_object(metadata.user_data)
     address = data.get("address")
+    home = data.get("home")
     owned = data.get("owned")
     tps = (
         frozenset(TopicPartition(topic, int(p)) for topic, partitions in owned.items() for p in partitions)
         if isinstance(owned, dict)
         else frozenset()
     )
-    return MemberReport(frozenset(metadata.subscription), address if isinstance(address, str) else None, tps)
+    return MemberReport(
+        frozenset(metadata.subscription),
+        address if isinstance(address, str) else None,
+        tps,
+        home if isinstance(home, str) else None,
+        positions_of(data),
+    )
+
+
+def positions_of(fields: Mapping[str, Any]) -> dict[Task, int]:
+    """The store positions a member reported, what is not a task's whole number left out."""
+    reported = fields.get("positions")
+    if not isinstance(reported, dict):
+        return {}
+    return {task: offset for task, offset in reported.items() if isinstance(offset, int) and offset >= 0}
 
 
 class GroupAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
@@ -105,15 +152,44 @@ class GroupAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             for report in reports.values()
             for topic in report.topics
         }
+        target = self.divide(counts, reports)
         assigned = {
             member: tps - others_own(reports, member)  # what another member still runs waits for its revoke
-            for member, tps in self.divide(counts, reports).items()
+            for member, tps in target.items()
         }
-        owners = encoded_owners({reports[member].address: by_topic(tps).items() for member, tps in assigned.items()})
+        owners = owners_by_address(
+            {reports[member].address: by_topic(tps).items() for member, tps in assigned.items()}
+        )
+        standbys = self.placed_standbys(reports, target)
         return {
-            member: ConsumerProtocolMemberAssignment(self.version, sorted(by_topic(tps).items()), owners)
+            member: ConsumerProtocolMemberAssignment(
+                self.version,
+                sorted(by_topic(tps).items()),
+                json.dumps({"owners": owners} | assigned_standbys(standbys.get(member))).encode(),
+            )
             for member, tps in assigned.items()
         }
+
+    def placed_standbys(
+        self, reports: Mapping[str, MemberReport], target: Mapping[str, set[TopicPartition]]
+    ) -> dict[str, set[Task]]:
+        """Placed around the balanced owners, not the ones a revoke still holds back: a task moving this
+        round has its standbys where it is going."""
+        group = self.membership.standbys
+        if group is None or group.replicas == 0:
+            return {}
+        active = {
+            member: {
+                task_name(processor, tp.partition)
+                for tp in tps
+                for processor, first in group.first_inputs.items()
+                if first == tp.topic
+            }
+            for member, tps in target.items()
+        }
+        positions = {member: report.positions for member, report in reports.items()}
+        homes = {member: report.home or member for member, report in reports.items()}
+        return place(sorted(reports), positions, active, group.replicas, homes=homes).standbys
 
     def divide(self, counts: Mapping[str, int], reports: Mapping[str, MemberReport]) -> dict[str, set[TopicPartition]]:
         """Range: the members in order of their id, each a run of partition numbers, the first ones one more."""
@@ -130,6 +206,11 @@ class GroupAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
         self.membership.owners = decoded_owners(assignment.user_data)
+        if self.membership.standbys is not None:
+            told = json_object(assignment.user_data).get("standbys")
+            self.membership.standbys.host.follow(
+                {task for task in told if isinstance(task, str)} if isinstance(told, list) else set()
+            )
 
 
 class CooperativeStickyAssignor(GroupAssignor):
@@ -146,6 +227,10 @@ class CooperativeStickyAssignor(GroupAssignor):
                     owner_of.setdefault(tp.partition, member)
         kept = sticky_shares(units, sorted(reports), owner_of)
         return {member: unit_partitions(kept[member], reports[member].topics, counts) for member in reports}
+
+
+def assigned_standbys(tasks: set[Task] | None) -> dict[str, list[Task]]:
+    return {"standbys": sorted(tasks or ())}
 
 
 def others_own(reports: Mapping[str, MemberReport], member: str) -> set[TopicPartition]:

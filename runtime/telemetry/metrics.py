@@ -122,6 +122,7 @@ class RuntimeMetrics:
         self._common: Attributes = dict(common or {})
         self._counters: _Sources[Counters] = _Sources("counters", self._common)
         self._lag: _Sources[PartitionValues] = _Sources("consumer lag", self._common)
+        self._standby_lag: _Sources[PartitionValues] = _Sources("standby lag", self._common)
         self._queues: _Sources[Mapping[str, int]] = _Sources("queue depth", self._common)
         self._in_flight: _Sources[Mapping[str, tuple[int, float]]] = _Sources("records in flight", self._common)
         self._paused: _Sources[int] = _Sources("paused partitions", self._common)
@@ -166,6 +167,12 @@ class RuntimeMetrics:
         )
         meter.create_observable_gauge(
             PREFIX + "consumer.lag", [self._observe_lag], "{record}", "Records between the position and the end."
+        )
+        meter.create_observable_gauge(
+            PREFIX + "standby.lag",
+            [self._observe_standby_lag],
+            "{record}",
+            "Changelog records a standby store has yet to apply: what a failover onto this worker replays.",
         )
         meter.create_observable_gauge(
             PREFIX + "task.queue.depth", [self._observe_queues], "{record}", "Records queued for a task."
@@ -239,6 +246,12 @@ class RuntimeMetrics:
     ) -> Unregister:
         """`callback` returns {(topic, partition): lag in records} for the partitions consumed now."""
         return self._lag.add(callback, attributes)
+
+    def register_standby_lag(
+        self, callback: Callable[[], PartitionValues], attributes: Attributes | None = None
+    ) -> Unregister:
+        """`callback` returns {(changelog topic, partition): lag in records} for the standbys followed now."""
+        return self._standby_lag.add(callback, attributes)
 
     def register_queue_depth(
         self, callback: Callable[[], Mapping[str, int]], attributes: Attributes | None = None
@@ -335,6 +348,13 @@ class RuntimeMetrics:
         return [
             Observation(lag, self._partition_attributes(topic, partition, extra))
             for values, extra in self._lag.read()
+            for (topic, partition), lag in values.items()
+        ]
+
+    def _observe_standby_lag(self, options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(lag, self._partition_attributes(topic, partition, extra))
+            for values, extra in self._standby_lag.read()
             for (topic, partition), lag in values.items()
         ]
 

@@ -1,5 +1,5 @@
 """The levels a worker's metrics read when they are collected: lag, queue depth, paused partitions,
-restore progress, global-store offsets. They are read in the exporter's thread, so they only read."""
+restore progress, standby lag, global-store offsets. They are read in the exporter's thread, so they only read."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from aiokafka import AIOKafkaConsumer
 from runtime.counters import Counters
 from runtime.global_stores.stores import GlobalStores
 from runtime.state.restore import ChangelogRestorer
+from runtime.state.standbys import StandbyFollower
 from runtime.telemetry.metrics import RuntimeMetrics
 from runtime.worker.assignment import Assignment
 from runtime.worker.backpressure import Backpressure
@@ -22,6 +23,7 @@ def register_levels(
     backpressure: Backpressure,
     restorer: ChangelogRestorer,
     global_stores: GlobalStores,
+    standbys: StandbyFollower | None = None,
 ) -> None:
     if not metrics.enabled:
         return
@@ -52,5 +54,7 @@ def register_levels(
     )
     metrics.register_paused_partitions(lambda: len(backpressure.paused()))
     metrics.register_restore(lambda: dict(restorer.partitions))
+    if standbys is not None:
+        metrics.register_standby_lag(standbys.lags)
     metrics.register_global_store_offsets(global_stores.positions)
     metrics.register_rocksdb_memory(lambda: (SHARED_MEMORY.usage_bytes(), SHARED_MEMORY.budget_bytes))

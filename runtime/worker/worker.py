@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
@@ -36,7 +37,7 @@ from runtime.kafka.aiokafka_internals import consumer_client, producer_client
 from runtime.kafka.authorization import Authorization
 from runtime.kafka.connection import Clients, start_with_retries
 from runtime.kafka.election import Election, Singleton
-from runtime.kafka.group_assignor import Membership
+from runtime.kafka.group_assignor import Membership, StandbyGroup
 from runtime.kafka.outages import OUTAGES, report_outages
 from runtime.kafka.outputs import Outputs
 from runtime.kafka.record_limits import Limits
@@ -51,6 +52,7 @@ from runtime.kafka.topics import (
 )
 from runtime.kafka.transactional_offsets import supports_group_fencing
 from runtime.state.restore import ChangelogRestorer
+from runtime.state.standbys import StandbyFollower, first_inputs, stateful_tasks
 from runtime.state.store_buffers import MB, StoreBuffers
 from runtime.task.broadcast import BroadcastSource
 from runtime.task.failures import FailureHandler
@@ -123,6 +125,7 @@ class Worker:
         self._shared: Outputs | None = None
         self._transactional: Callable[[], AIOKafkaProducer] | None = None  # the worker's transactional producer
         self._transactional_id: TransactionalId | None = None
+        self.standbys: StandbyFollower | None = None
         self.ready = asyncio.Event()  # set once partitions were first assigned
         self.readiness = Readiness(self._outcome, self.ready)
         self.queries = self._store_queries()
@@ -283,8 +286,8 @@ class Worker:
         exactly_once = self.config.guarantee is Guarantee.EXACTLY_ONCE
         producer = self._worker_transactional_producer() if exactly_once else self._clients.producer()
         partitions = sum(partition_counts[topic] for topic in self.config.input_topics())
-        membership = self.queries.membership if self.queries is not None else Membership()
-        consumer = self._clients.group_consumer(partitions, membership)
+        self.standbys = self._standby_follower(partition_counts)
+        consumer = self._clients.group_consumer(partitions, self._membership(self.standbys))
         failures = self._failure_handler()
         bootstrap = self._clients.bootstrap_servers
         try:  # the producer stopped however far its start got
@@ -315,6 +318,22 @@ class Worker:
             if self._transactional_id is not None:
                 self._transactional_id.close()
         log.info("stopped after %.1fs: %s", time.monotonic() - self._started, self.counters.snapshot())
+
+    def _standby_follower(self, partition_counts: dict[str, int]) -> StandbyFollower | None:
+        tasks = stateful_tasks(self.config, partition_counts) if self.config.standby_replicas else {}
+        if not tasks:
+            return None
+        return StandbyFollower(
+            tasks, lambda: self._clients.consumer(group_id=None, client_id=f"{self.config.app_id}-standby")
+        )
+
+    def _membership(self, standbys: StandbyFollower | None) -> Membership:
+        """What this worker tells the group as it joins: its query address, and its standbys' stores."""
+        membership = self.queries.membership if self.queries is not None else Membership()
+        if standbys is not None:
+            home = f"{socket.gethostname()}:{self.config.state_dir.resolve() / self.config.app_id}"
+            membership.standbys = StandbyGroup(self.config.standby_replicas, first_inputs(self.config), home, standbys)
+        return membership
 
     async def _session(
         self,
@@ -372,8 +391,16 @@ class Worker:
         self._serve_queries(Session(asyncio.get_running_loop(), assignment.tasks, partition_counts, serdes))
         self.readiness.records_to_restore = lambda: sum(left for _, left in list(restorer.partitions.values()))
         register_levels(
-            self.telemetry.metrics, self.counters, consumer, assignment, backpressure, restorer, self.global_stores
+            self.telemetry.metrics,
+            self.counters,
+            consumer,
+            assignment,
+            backpressure,
+            restorer,
+            self.global_stores,
+            self.standbys,
         )
+        standbys = self._follow_standbys(spawn, backpressure)
         follower = spawn(self._supervised("following the global stores", self.global_stores.follow()), "follower")
         outages = spawn(report_outages(counters), "outage reports")
         watcher = spawn(self._watch_topics(partition_counts), "topic watch")
@@ -392,6 +419,8 @@ class Worker:
             )
         finally:
             follower.cancel()
+            if standbys is not None:
+                standbys.cancel()
             outages.cancel()
             watcher.cancel()
             for election in elections:
@@ -403,6 +432,13 @@ class Worker:
                 await self.deadline.bound(store_checkpoints.finish(), lambda: "writing the store checkpoints")
             if purger is not None:  # what the last commit passed
                 await self.deadline.bound(purge.once(), lambda: "purging the repartition topics")
+
+    def _follow_standbys(
+        self, spawn: Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]], backpressure: Backpressure
+    ) -> asyncio.Task[None] | None:
+        if self.standbys is None:
+            return None
+        return spawn(self._supervised("following the standby stores", self.standbys.run(backpressure)), "standbys")
 
     def _shared_outputs(
         self, producer: AIOKafkaProducer | None, partition_counts: dict[str, int], failures: FailureHandler

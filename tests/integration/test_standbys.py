@@ -1,0 +1,115 @@
+"""Standby replicas against a real broker: a worker killed -9, and its task taken over from a warm standby."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import msgpack
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from stores.rocksdb import stored_offset
+from tests.conftest import TopicNamer
+from tests.integration.test_state import KEYS, counting_app
+from tests.support.kafka_helpers import create_topic, produce, read_topic
+from tests.support.kills import FAST_FAILOVER
+from tests.support.running import numbered, read_log, spawn_worker, until, write_app
+
+pytestmark = pytest.mark.anyio
+
+
+async def changelog_ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+        return {tp.partition: end for tp, end in ends.items()}
+    finally:
+        await consumer.stop()
+
+
+async def updates_by_key(bootstrap: str, sink: str) -> dict[str, list[int]]:
+    counts: dict[str, list[int]] = defaultdict(list)
+    for record in await read_topic(bootstrap, sink):
+        update = msgpack.unpackb(record.value)
+        counts[update["key"]].append(update["count"])
+    return counts
+
+
+def exact(updates: dict[str, list[int]], total: int) -> bool:
+    """Every key's counts 1..n, each once: nothing lost, nothing counted twice."""
+    expected = Counter(f"k{n % KEYS}" for n in range(total))
+    return {key: sorted(counts) for key, counts in updates.items()} == {
+        key: list(range(1, n + 1)) for key, n in expected.items()
+    }
+
+
+def started_partitions(log: str) -> set[int]:
+    return {
+        int(p) for started in re.findall(r"started tasks (.*)", log) for p in re.findall(r"count\[(\d+)\]", started)
+    }
+
+
+async def test_a_killed_workers_task_resumes_from_the_standby_replaying_only_its_lag(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    source, sink = topic_name("in"), topic_name("out")
+    await create_topic(kafka_bootstrap, source, 2)
+    app = counting_app(topic_name("app"), source, sink, 2, tmp_path / "state", "rocksdb")
+    # The killed worker's open transaction holds back the read of the outputs until it times out.
+    app |= {"standby_replicas": 1, "guarantee": "exactly_once", "transaction_timeout_ms": 2000}
+    app["processors"][0]["class"] = "tests.support.apps:SlowCountPerKey"
+    app["kafka"] = {"bootstrap_servers": kafka_bootstrap, "consumer": FAST_FAILOVER}
+    changelog = f"{app['app_id']}-counts-changelog"
+    # Each worker has its own state dir, as on separate machines.
+    paths = {name: write_app(tmp_path, {**app, "state_dir": str(tmp_path / name)}, f"{name}.yaml") for name in "ab"}
+    logs = {name: tmp_path / f"{name}.log" for name in "ab"}
+    first, second = (spawn_worker(paths[name], log=logs[name]) for name in "ab")
+    await produce(kafka_bootstrap, source, numbered(2000))
+    await until(lambda: len(started_partitions(read_log(logs["b"]))) == 1, "the second worker runs one task", 30)
+    (victim,) = started_partitions(read_log(logs["a"])) - started_partitions(read_log(logs["b"]))
+
+    async def counts_exact(total: int) -> None:
+        deadline = asyncio.get_running_loop().time() + 30
+        while not exact(await updates_by_key(kafka_bootstrap, sink), total):
+            assert asyncio.get_running_loop().time() < deadline, f"the counts of {total} records never became exact"
+            await asyncio.sleep(0.3)
+
+    async def standby_caught_up() -> int:
+        """The standby's position in the second worker's state dir, once it reaches the changelog's end."""
+        while True:
+            end = (await changelog_ends(kafka_bootstrap, changelog, 2))[victim]
+            position = stored_offset(tmp_path / "b" / app["app_id"] / "counts" / str(victim))
+            if position == end:
+                return position
+            await asyncio.sleep(0.2)
+
+    await counts_exact(2000)
+    warm = await asyncio.wait_for(standby_caught_up(), 30)
+    assert warm > 0
+    await produce(kafka_bootstrap, source, numbered(600, start=2000))
+    await asyncio.sleep(0.2)  # the first worker is mid-stream when it dies
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    took_over = re.compile(rf"store counts partition {victim} (is up to date|from its changelog)")
+    await until(lambda: took_over.search(read_log(logs["b"])) is not None, "the second worker took the task over", 30)
+    await counts_exact(2600)
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(timeout=30) == 0
+    log = read_log(logs["b"])
+    restored = re.search(rf"restoring store counts partition {victim} from its changelog: offsets (\d+)\.\.(\d+)", log)
+    replayed = re.search(rf"restored store counts partition {victim}: (\d+) records", log)
+    end = (await changelog_ends(kafka_bootstrap, changelog, 2))[victim]
+    if restored is None:  # the standby had all of it
+        up_to_date = re.search(rf"store counts partition {victim} is up to date \(changelog offset (\d+)\)", log)
+        assert up_to_date is not None and int(up_to_date.group(1)) >= warm, log
+    else:
+        assert replayed is not None
+        start = int(restored.group(1))
+        assert start >= warm, "the restore starts where the standby was, not from the beginning"
+        assert int(replayed.group(1)) <= end - warm, "only what the standby had not applied yet is replayed"
+        assert int(replayed.group(1)) < warm, "far less than the whole store's changelog"

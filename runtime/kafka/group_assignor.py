@@ -157,9 +157,7 @@ class GroupAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             member: tps - others_own(reports, member)  # what another member still runs waits for its revoke
             for member, tps in target.items()
         }
-        owners = owners_by_address(
-            {reports[member].address: by_topic(tps).items() for member, tps in assigned.items()}
-        )
+        owners = owners_by_address({reports[member].address: by_topic(tps).items() for member, tps in assigned.items()})
         standbys = self.placed_standbys(reports, target)
         return {
             member: ConsumerProtocolMemberAssignment(

@@ -14,19 +14,20 @@ was kept beside it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from runtime.config import AppConfig
 from runtime.kafka.standby_placement import Task, task_name
 from runtime.state.task_state import store_path
-from stores import Backend, StoreError, open_backend
+from stores import Backend, StoreCorrupted, StoreError, open_backend, wipe
 from stores.rocksdb import stored_offset
 
 log = logging.getLogger(__name__)
@@ -89,33 +90,38 @@ def stateful_tasks(config: AppConfig, partitions: Mapping[str, int]) -> dict[Tas
     return tasks
 
 
-class StandbyFollower:
-    """Keeps the standby stores the group's leader gave this worker (`follow`) up to their changelogs."""
+class StandbyStores:
+    """The standby stores of this worker's state directory: those the group's leader asked it to keep
+    (`follow`) open, each written with the changelog records a follower reads and the offset after them."""
 
-    def __init__(self, tasks: Mapping[Task, list[StandbyStore]], new_consumer: Callable[[], AIOKafkaConsumer]) -> None:
+    def __init__(self, tasks: Mapping[Task, list[StandbyStore]]) -> None:
         self._tasks = tasks
-        self._new_consumer = new_consumer
+        self._by_changelog = {store.changelog: store for stores in tasks.values() for store in stores}
         self._wanted: set[Task] = set()
         self._open: dict[TopicPartition, Backend] = {}
-        self._stores: dict[TopicPartition, StandbyStore] = {
-            store.changelog: store for stores in tasks.values() for store in stores
-        }
-        self._positions: dict[TopicPartition, int] = {}
         self._ends: dict[TopicPartition, int] = {}
-        self._changed = asyncio.Event()
-        self._retry_at = 0.0  # a store held by a task leaving this worker is tried again from then
+        self.changed = asyncio.Event()  # set by `follow`: the follower reads other changelogs now
 
     @property
     def following(self) -> set[Task]:
         return set(self._wanted)
+
+    @property
+    def open(self) -> dict[TopicPartition, int | None]:
+        """The changelog partitions of the open stores, with the offset each holds (None: from the beginning)."""
+        return {tp: backend.changelog_offset() for tp, backend in self._open.items()}
+
+    @property
+    def missing(self) -> bool:
+        """Whether a wanted store could not be opened yet (a task leaving this worker still holds it)."""
+        return any(store.task in self._wanted and tp not in self._open for tp, store in self._by_changelog.items())
 
     def positions(self) -> dict[Task, int]:
         """Per task whose stores this worker's state directory holds: the sum of their changelog offsets, what
         the group's leader compares members by."""
         sums: dict[Task, int] = {}
         for task, stores in self._tasks.items():
-            offsets = [self._position(store) for store in stores]
-            held = [offset for offset in offsets if offset is not None]
+            held = [offset for offset in map(self._position, stores) if offset is not None]
             if held:
                 sums[task] = sum(held)
         return sums
@@ -128,18 +134,78 @@ class StandbyFollower:
         """The standbys of the latest assignment: those no longer wanted close at once, so that a task
         now assigned here opens its stores without waiting for their lock."""
         self._wanted = {task for task in tasks if task in self._tasks}
-        self._retry_at = 0.0
-        for tp in [tp for tp, store in self._stores.items() if tp in self._open and store.task not in self._wanted]:
+        for tp in [tp for tp in self._open if self._by_changelog[tp].task not in self._wanted]:
             self._close(tp)
-        self._changed.set()
+        self.changed.set()
+
+    def open_wanted(self) -> None:
+        for task in sorted(self._wanted):
+            for store in self._tasks[task]:
+                if store.changelog not in self._open:
+                    self._open_store(store)
+
+    def apply(self, tp: TopicPartition, records: list[Any], next_offset: int, end: int | None) -> None:
+        """Changelog records and the offset after them, in one write; a store closed meanwhile takes nothing."""
+        backend = self._open.get(tp)
+        if backend is None:
+            return
+        if records or next_offset != backend.changelog_offset():
+            backend.write(((record.key, record.value) for record in records), next_offset)
+        if end is not None:
+            self._ends[tp] = end
 
     def lags(self) -> dict[tuple[str, int], int]:
         """Per changelog partition followed: records between its end, as last fetched, and the standby's position."""
-        return {
-            (tp.topic, tp.partition): max(0, self._ends[tp] - position)
-            for tp, position in list(self._positions.items())
-            if tp in self._ends
-        }
+        lags = {}
+        for tp, backend in list(self._open.items()):
+            end, position = self._ends.get(tp), backend.changelog_offset()
+            if end is not None:
+                lags[(tp.topic, tp.partition)] = max(0, end - (position or 0))
+        return lags
+
+    def close(self) -> None:
+        for tp in list(self._open):
+            self._close(tp)
+
+    def _open_store(self, store: StandbyStore) -> None:
+        partition = store.changelog.partition
+        try:
+            try:
+                backend = open_backend("rocksdb", store.path)
+            except StoreCorrupted as error:
+                log.warning(
+                    "standby store %s partition %d is damaged (%s): rebuilding it", store.name, partition, error
+                )
+                wipe(store.path)
+                backend = open_backend("rocksdb", store.path)
+        except StoreError as error:  # held by a task that is leaving: tried again later
+            log.debug("standby store %s partition %d not opened: %s", store.name, partition, error)
+            return
+        self._open[store.changelog] = backend
+        offset = backend.changelog_offset()
+        log.info(
+            "standby of store %s partition %d follows its changelog from %s",
+            store.name,
+            partition,
+            "the beginning" if offset is None else f"offset {offset}",
+        )
+
+    def _close(self, tp: TopicPartition) -> None:
+        backend = self._open.pop(tp)
+        self._ends.pop(tp, None)
+        try:
+            backend.close()
+        except StoreError as error:
+            log.error("standby store %s partition %d: %s", self._by_changelog[tp].name, tp.partition, error)
+
+
+class StandbyFollower:
+    """One consumer that keeps all of this worker's standby stores up to their changelogs."""
+
+    def __init__(self, stores: StandbyStores, new_consumer: Callable[[], AIOKafkaConsumer]) -> None:
+        self._stores = stores
+        self._new_consumer = new_consumer
+        self._retry_at = 0.0  # a store still held by a task leaving this worker is tried again from then
 
     async def run(self, busy: Busy) -> None:
         consumer = self._new_consumer()
@@ -148,17 +214,17 @@ class StandbyFollower:
             while True:
                 await self._step(consumer, busy)
         finally:
-            for tp in list(self._open):
-                self._close(tp)
+            self._stores.close()
             await consumer.stop()
 
     async def _step(self, consumer: AIOKafkaConsumer, busy: Busy) -> None:
-        if self._changed.is_set() and time.monotonic() >= self._retry_at:
-            self._changed.clear()
+        changed = self._stores.changed
+        if changed.is_set() or (self._stores.missing and time.monotonic() >= self._retry_at):
+            changed.clear()
             await self._reassign(consumer)
         assigned = consumer.assignment()
         if not assigned:
-            await self._wait_for_change()
+            await self._idle()
             return
         if busy.paused():
             consumer.pause(*assigned)
@@ -168,74 +234,29 @@ class StandbyFollower:
         batches = await consumer.getmany(timeout_ms=int(IDLE_S * 1000), max_records=STANDBY_BATCH)
         for tp in assigned:
             position = await consumer.position(tp)
-            backend = self._open.get(tp)
-            if backend is None:  # given up while the read waited
-                continue
-            records = batches.get(tp, [])
-            if records or position != self._positions.get(tp):
-                backend.write(((record.key, record.value) for record in records), position)
-                self._positions[tp] = position
             end = consumer.last_stable_offset(tp)
             if end is None or end < 0:
                 end = consumer.highwater(tp)
-            if end is not None and end >= 0:
-                self._ends[tp] = end
+            self._stores.apply(tp, batches.get(tp, []), position, end if end is not None and end >= 0 else None)
 
-    async def _wait_for_change(self) -> None:
-        if self._changed.is_set():  # stores still held elsewhere: tried again at `_retry_at`
-            await asyncio.sleep(max(0.0, self._retry_at - time.monotonic()))
-            return
-        try:
-            await asyncio.wait_for(self._changed.wait(), timeout=IDLE_S * 5)
-        except TimeoutError:
-            self._changed.set()  # a store another task held may be free now
+    async def _idle(self) -> None:
+        """Nothing to follow: until the next assignment, or the retry of a store still held."""
+        timeout = max(0.0, self._retry_at - time.monotonic()) if self._stores.missing else None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stores.changed.wait(), timeout=timeout)
 
     async def _reassign(self, consumer: AIOKafkaConsumer) -> None:
-        """Open the wanted stores not open yet (one still held by a task leaving this worker is tried again
-        later), and read each open one's changelog from the offset it holds."""
-        for task in sorted(self._wanted):
-            for store in self._tasks[task]:
-                if store.changelog not in self._open:
-                    self._open_store(store)
-        wanted = set(self._open)
-        if wanted != consumer.assignment():
-            known = consumer.assignment()
-            consumer.assign(sorted(wanted))
-            fresh = []
-            for tp in wanted - known:
-                offset = self._open[tp].changelog_offset()
-                if offset is None:
-                    fresh.append(tp)
-                else:
-                    consumer.seek(tp, offset)
-            if fresh:
-                await consumer.seek_to_beginning(*fresh)
-        if any(store.task in self._wanted for tp, store in self._stores.items() if tp not in self._open):
+        """Read each open store's changelog from the offset it holds; a new assignment forgets the positions."""
+        self._stores.open_wanted()
+        if self._stores.missing:
             self._retry_at = time.monotonic() + RETRY_S
-            self._changed.set()
-
-    def _open_store(self, store: StandbyStore) -> None:
-        try:
-            backend = open_backend("rocksdb", store.path)
-        except StoreError as error:  # held by a task that is leaving, or damaged: tried again at the next change
-            log.debug("standby store %s partition %d not opened: %s", store.name, store.changelog.partition, error)
+        offsets = self._stores.open
+        if set(offsets) == consumer.assignment():
             return
-        self._open[store.changelog] = backend
-        offset = backend.changelog_offset()
-        if offset is not None:
-            self._positions[store.changelog] = offset
-        log.info(
-            "standby of store %s partition %d follows its changelog from offset %s",
-            store.name,
-            store.changelog.partition,
-            offset if offset is not None else "the beginning",
-        )
-
-    def _close(self, tp: TopicPartition) -> None:
-        backend = self._open.pop(tp)
-        self._positions.pop(tp, None)
-        self._ends.pop(tp, None)
-        try:
-            backend.close()
-        except StoreError as error:
-            log.error("standby store %s: %s", tp, error)
+        consumer.assign(sorted(offsets))
+        for tp, offset in offsets.items():
+            if offset is not None:
+                consumer.seek(tp, offset)
+        fresh = [tp for tp, offset in offsets.items() if offset is None]
+        if fresh:
+            await consumer.seek_to_beginning(*fresh)

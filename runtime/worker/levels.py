@@ -8,7 +8,7 @@ from aiokafka import AIOKafkaConsumer
 from runtime.counters import Counters
 from runtime.global_stores.stores import GlobalStores
 from runtime.state.restore import ChangelogRestorer
-from runtime.state.standbys import StandbyFollower
+from runtime.state.standbys import StandbyStores
 from runtime.telemetry.metrics import RuntimeMetrics
 from runtime.worker.assignment import Assignment
 from runtime.worker.backpressure import Backpressure
@@ -23,7 +23,7 @@ def register_levels(
     backpressure: Backpressure,
     restorer: ChangelogRestorer,
     global_stores: GlobalStores,
-    standbys: StandbyFollower | None = None,
+    standbys: StandbyStores | None = None,
 ) -> None:
     if not metrics.enabled:
         return

@@ -52,7 +52,7 @@ from runtime.kafka.topics import (
 )
 from runtime.kafka.transactional_offsets import supports_group_fencing
 from runtime.state.restore import ChangelogRestorer
-from runtime.state.standbys import StandbyFollower, first_inputs, stateful_tasks
+from runtime.state.standbys import StandbyFollower, StandbyStores, first_inputs, stateful_tasks
 from runtime.state.store_buffers import MB, StoreBuffers
 from runtime.task.broadcast import BroadcastSource
 from runtime.task.failures import FailureHandler
@@ -125,7 +125,7 @@ class Worker:
         self._shared: Outputs | None = None
         self._transactional: Callable[[], AIOKafkaProducer] | None = None  # the worker's transactional producer
         self._transactional_id: TransactionalId | None = None
-        self.standbys: StandbyFollower | None = None
+        self.standbys: StandbyStores | None = None
         self.ready = asyncio.Event()  # set once partitions were first assigned
         self.readiness = Readiness(self._outcome, self.ready)
         self.queries = self._store_queries()
@@ -286,7 +286,7 @@ class Worker:
         exactly_once = self.config.guarantee is Guarantee.EXACTLY_ONCE
         producer = self._worker_transactional_producer() if exactly_once else self._clients.producer()
         partitions = sum(partition_counts[topic] for topic in self.config.input_topics())
-        self.standbys = self._standby_follower(partition_counts)
+        self.standbys = self._standby_stores(partition_counts)
         consumer = self._clients.group_consumer(partitions, self._membership(self.standbys))
         failures = self._failure_handler()
         bootstrap = self._clients.bootstrap_servers
@@ -319,15 +319,11 @@ class Worker:
                 self._transactional_id.close()
         log.info("stopped after %.1fs: %s", time.monotonic() - self._started, self.counters.snapshot())
 
-    def _standby_follower(self, partition_counts: dict[str, int]) -> StandbyFollower | None:
+    def _standby_stores(self, partition_counts: dict[str, int]) -> StandbyStores | None:
         tasks = stateful_tasks(self.config, partition_counts) if self.config.standby_replicas else {}
-        if not tasks:
-            return None
-        return StandbyFollower(
-            tasks, lambda: self._clients.consumer(group_id=None, client_id=f"{self.config.app_id}-standby")
-        )
+        return StandbyStores(tasks) if tasks else None
 
-    def _membership(self, standbys: StandbyFollower | None) -> Membership:
+    def _membership(self, standbys: StandbyStores | None) -> Membership:
         """What this worker tells the group as it joins: its query address, and its standbys' stores."""
         membership = self.queries.membership if self.queries is not None else Membership()
         if standbys is not None:
@@ -438,7 +434,10 @@ class Worker:
     ) -> asyncio.Task[None] | None:
         if self.standbys is None:
             return None
-        return spawn(self._supervised("following the standby stores", self.standbys.run(backpressure)), "standbys")
+        follower = StandbyFollower(
+            self.standbys, lambda: self._clients.consumer(group_id=None, client_id=f"{self.config.app_id}-standby")
+        )
+        return spawn(self._supervised("following the standby stores", follower.run(backpressure)), "standbys")
 
     def _shared_outputs(
         self, producer: AIOKafkaProducer | None, partition_counts: dict[str, int], failures: FailureHandler

@@ -1,14 +1,18 @@
-"""`python -m runtime describe app.yaml`: the app's topology as its YAML declares it, without a broker."""
+"""`python -m runtime describe app.yaml`: the app's topology as its YAML declares it, without a broker; with
+`--standbys`, also where the group keeps its standby stores and how far behind they are."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from runtime.commands.app_topics import changelog_topics
+from runtime.commands.cluster import connect
 from runtime.commands.running import command_parser, run
+from runtime.commands.standby_lags import render_lags, standby_lags
 from runtime.config import AppConfig, ErrorPolicy, ProcessorConfig, load_app
 from stores.replication import BROKER_DEFAULT
 
@@ -88,6 +92,7 @@ class Topology:
     app_id: str
     group: str
     guarantee: str
+    standby_replicas: int  # other workers keeping each stateful task's RocksDB stores warm
     processors: list[ProcessorNode]
     global_stores: list[GlobalStoreNode]
     internal_topics: list[InternalTopic]
@@ -117,7 +122,9 @@ def topology(app: AppConfig) -> Topology:
         for name, spec in app.global_stores.items()
     ]
     internal = _internal_topics(app, {processor.name: processor.tasks for processor in processors})
-    return Topology(app.app_id, app.group_id, app.guarantee.value, processors, global_stores, internal)
+    return Topology(
+        app.app_id, app.group_id, app.guarantee.value, app.standby_replicas, processors, global_stores, internal
+    )
 
 
 def _internal_topics(app: AppConfig, tasks: dict[str, int]) -> list[InternalTopic]:
@@ -167,7 +174,8 @@ def _stores(app: AppConfig, processor: ProcessorConfig) -> list[Store]:
 
 
 def render(topology: Topology) -> str:
-    lines = [f"app {topology.app_id}: consumer group {topology.group}, {topology.guarantee}"]
+    standbys = f", {_count(topology.standby_replicas, 'standby replica')}" if topology.standby_replicas else ""
+    lines = [f"app {topology.app_id}: consumer group {topology.group}, {topology.guarantee}{standbys}"]
     for processor in topology.processors:
         lines += ["", f"processor {processor.name} ({processor.class_path}): {_count(processor.tasks, 'task')}"]
         inputs = ", ".join(f"{i.topic}{_peers('from', i.written_by)}" for i in processor.inputs)
@@ -227,10 +235,17 @@ def parser() -> argparse.ArgumentParser:
         "The app's topology as its YAML declares it (partition counts too): its processors, "
         "what they read (co-partitioned inputs; broadcast inputs and global stores, read whole by every task) "
         "and write, their "
-        "stores and changelogs, and the topics named after the app. It connects to nothing.",
+        "stores and changelogs, and the topics named after the app. It connects to nothing, unless asked for the "
+        "standbys.",
     )
     parser.add_argument("app", type=Path, help="the app's YAML file")
     parser.add_argument("--json", action="store_true", help="as JSON")
+    parser.add_argument(
+        "--standbys",
+        action="store_true",
+        help="also, from the app's running group: which worker keeps which task's stores warm, and how far behind "
+        "(this connects to the app's broker)",
+    )
     return parser
 
 
@@ -238,8 +253,14 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
 
     def body() -> int:
-        described = topology(load_app(args.app))
-        print(json.dumps(asdict(described), indent=2) if args.json else render(described))
+        app = load_app(args.app)
+        described = topology(app)
+        lags = asyncio.run(standby_lags(connect(args.app), app)) if args.standbys else None
+        if args.json:
+            shown = asdict(described) | ({} if lags is None else {"standbys": [asdict(lag) for lag in lags]})
+            print(json.dumps(shown, indent=2))
+        else:
+            print(render(described) + ("" if lags is None else "\n\n" + render_lags(lags)))
         return 0
 
     return run(args.app, body)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -260,3 +261,9 @@ class StandbyFollower:
         fresh = [tp for tp, offset in offsets.items() if offset is None]
         if fresh:
             await consumer.seek_to_beginning(*fresh)
+
+
+def state_home(config: AppConfig) -> str:
+    """Where this process keeps the app's stores, as the group's members tell it: the members that share it
+    share their stores."""
+    return f"{socket.gethostname()}:{config.state_dir.resolve() / config.app_id}"

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
@@ -52,7 +51,7 @@ from runtime.kafka.topics import (
 )
 from runtime.kafka.transactional_offsets import supports_group_fencing
 from runtime.state.restore import ChangelogRestorer
-from runtime.state.standbys import StandbyFollower, StandbyStores, first_inputs, stateful_tasks
+from runtime.state.standbys import StandbyFollower, StandbyStores, first_inputs, state_home, stateful_tasks
 from runtime.state.store_buffers import MB, StoreBuffers
 from runtime.task.broadcast import BroadcastSource
 from runtime.task.failures import FailureHandler
@@ -327,8 +326,8 @@ class Worker:
         """What this worker tells the group as it joins: its query address, and its standbys' stores."""
         membership = self.queries.membership if self.queries is not None else Membership()
         if standbys is not None:
-            home = f"{socket.gethostname()}:{self.config.state_dir.resolve() / self.config.app_id}"
-            membership.standbys = StandbyGroup(self.config.standby_replicas, first_inputs(self.config), home, standbys)
+            replicas = self.config.standby_replicas
+            membership.standbys = StandbyGroup(replicas, first_inputs(self.config), state_home(self.config), standbys)
         return membership
 
     async def _session(

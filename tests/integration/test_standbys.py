@@ -12,6 +12,9 @@ import msgpack
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from runtime.commands.cluster import Cluster
+from runtime.commands.standby_lags import standby_lags
+from runtime.config import load_app
 from stores.rocksdb import stored_offset
 from tests.conftest import TopicNamer
 from tests.integration.test_state import KEYS, counting_app
@@ -54,6 +57,39 @@ def running(log: str) -> set[int]:
     return {int(p) for p in re.findall(r"count\[(\d+)\]", started[-1])} if started else set()
 
 
+async def counts_exact(bootstrap: str, sink: str, total: int) -> None:
+    deadline = asyncio.get_running_loop().time() + 30
+    while not exact(await updates_by_key(bootstrap, sink), total):
+        assert asyncio.get_running_loop().time() < deadline, f"the counts of {total} records never became exact"
+        await asyncio.sleep(0.3)
+
+
+async def caught_up(bootstrap: str, changelog: TopicPartition, store: Path) -> int:
+    """The standby's position in a worker's state dir, once it reaches the changelog's end."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while (position := stored_offset(store)) != (await changelog_ends(bootstrap, changelog.topic, 2))[
+        changelog.partition
+    ]:
+        assert asyncio.get_running_loop().time() < deadline, f"the standby stayed at {position}"
+        await asyncio.sleep(0.2)
+    assert position is not None
+    return position
+
+
+def restore_reported(log: str, partition: int, warm: int, end: int) -> None:
+    """The restore of the task taken over began where the standby was, and replayed only what it lacked."""
+    restored = re.search(rf"restoring store counts partition {partition} from its changelog: offsets (\d+)\.\.", log)
+    if restored is None:  # the standby had all of it
+        up_to_date = re.search(rf"store counts partition {partition} is up to date \(changelog offset (\d+)\)", log)
+        assert up_to_date is not None and int(up_to_date.group(1)) >= warm, log
+        return
+    replayed = re.search(rf"restored store counts partition {partition}: (\d+) records", log)
+    assert replayed is not None
+    assert int(restored.group(1)) >= warm, "the restore starts where the standby was, not from the beginning"
+    assert int(replayed.group(1)) <= end - warm, "only what the standby had not applied yet is replayed"
+    assert int(replayed.group(1)) < warm, "far less than the whole store's changelog"
+
+
 async def test_a_killed_workers_task_resumes_from_the_standby_replaying_only_its_lag(
     kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
 ) -> None:
@@ -64,7 +100,6 @@ async def test_a_killed_workers_task_resumes_from_the_standby_replaying_only_its
     app |= {"standby_replicas": 1, "guarantee": "exactly_once", "transaction_timeout_ms": 2000}
     app["processors"][0]["class"] = "tests.support.apps:SlowCountPerKey"
     app["kafka"] = {"bootstrap_servers": kafka_bootstrap, "consumer": FAST_FAILOVER}
-    changelog = f"{app['app_id']}-counts-changelog"
     # Each worker has its own state dir, as on separate machines.
     paths = {name: write_app(tmp_path, {**app, "state_dir": str(tmp_path / name)}, f"{name}.yaml") for name in "ab"}
     logs = {name: tmp_path / f"{name}.log" for name in "ab"}
@@ -76,44 +111,24 @@ async def test_a_killed_workers_task_resumes_from_the_standby_replaying_only_its
         30,
     )
     (victim,) = running(read_log(logs["a"]))
-
-    async def counts_exact(total: int) -> None:
-        deadline = asyncio.get_running_loop().time() + 30
-        while not exact(await updates_by_key(kafka_bootstrap, sink), total):
-            assert asyncio.get_running_loop().time() < deadline, f"the counts of {total} records never became exact"
-            await asyncio.sleep(0.3)
-
-    async def standby_caught_up() -> int:
-        """The standby's position in the second worker's state dir, once it reaches the changelog's end."""
-        while True:
-            end = (await changelog_ends(kafka_bootstrap, changelog, 2))[victim]
-            position = stored_offset(tmp_path / "b" / app["app_id"] / "counts" / str(victim))
-            if position == end:
-                return position
-            await asyncio.sleep(0.2)
-
-    await counts_exact(2000)
-    warm = await asyncio.wait_for(standby_caught_up(), 30)
+    await counts_exact(kafka_bootstrap, sink, 2000)
+    changelog = TopicPartition(f"{app['app_id']}-counts-changelog", victim)
+    warm = await caught_up(kafka_bootstrap, changelog, tmp_path / "b" / app["app_id"] / "counts" / str(victim))
     assert warm > 0
+    # describe --standbys beside the second worker: its standby read where it is, the other's as it joined
+    config = load_app(paths["b"])
+    lags = {lag.task: lag for lag in await standby_lags(Cluster(kafka_bootstrap, config.kafka, config, None), config)}
+    assert sorted(lags) == ["count[0]", "count[1]"]
+    assert lags[f"count[{victim}]"].live and lags[f"count[{victim}]"].lag == 0
+    assert not lags[f"count[{1 - victim}]"].live
     await produce(kafka_bootstrap, source, numbered(600, start=2000))
     await asyncio.sleep(0.2)  # the first worker is mid-stream when it dies
     first.send_signal(signal.SIGKILL)
     first.wait()
     took_over = re.compile(rf"store counts partition {victim} (is up to date|from its changelog)")
     await until(lambda: took_over.search(read_log(logs["b"])) is not None, "the second worker took the task over", 30)
-    await counts_exact(2600)
+    await counts_exact(kafka_bootstrap, sink, 2600)
     second.send_signal(signal.SIGTERM)
     assert second.wait(timeout=30) == 0
-    log = read_log(logs["b"])
-    restored = re.search(rf"restoring store counts partition {victim} from its changelog: offsets (\d+)\.\.(\d+)", log)
-    replayed = re.search(rf"restored store counts partition {victim}: (\d+) records", log)
-    end = (await changelog_ends(kafka_bootstrap, changelog, 2))[victim]
-    if restored is None:  # the standby had all of it
-        up_to_date = re.search(rf"store counts partition {victim} is up to date \(changelog offset (\d+)\)", log)
-        assert up_to_date is not None and int(up_to_date.group(1)) >= warm, log
-    else:
-        assert replayed is not None
-        start = int(restored.group(1))
-        assert start >= warm, "the restore starts where the standby was, not from the beginning"
-        assert int(replayed.group(1)) <= end - warm, "only what the standby had not applied yet is replayed"
-        assert int(replayed.group(1)) < warm, "far less than the whole store's changelog"
+    end = (await changelog_ends(kafka_bootstrap, changelog.topic, 2))[victim]
+    restore_reported(read_log(logs["b"]), victim, warm, end)

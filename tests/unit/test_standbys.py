@@ -11,6 +11,8 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
 
+from runtime.commands.describe import render, topology
+from runtime.commands.standby_lags import StandbyLag, render_lags
 from runtime.config import AppConfig, parse_app
 from runtime.kafka.group_assignor import GroupAssignor, Membership, StandbyGroup
 from runtime.kafka.query_routing import decoded_owners
@@ -165,3 +167,18 @@ def test_a_member_that_tells_nothing_readable_gets_standbys_by_balance_alone() -
     assert told == {"m1": ["p[2]", "p[3]"], "m2": ["p[0]", "p[1]"]}
     leader.on_assignment(ConsumerProtocolMemberAssignment(0, [], b"{}"))
     assert host.followed == set(), "a leader without standbys asks for none"
+
+
+def test_describe_tells_the_replicas_and_each_standbys_lag_live_here_or_as_it_joined(tmp_path: Path) -> None:
+    assert render(topology(app(tmp_path))).startswith("app shop: consumer group shop, at_least_once, 1 standby replica")
+    lags = [
+        StandbyLag("count[0]", "shop-consumer at 10.0.0.8", "b:/state/shop", 305, 0, live=True),
+        StandbyLag("count[1]", "shop-consumer at 10.0.0.7", "a:/state/shop", 152, 40, live=False),
+    ]
+    assert render_lags(lags).splitlines() == [
+        "standbys:",
+        "  count[0] on shop-consumer at 10.0.0.8 in b:/state/shop: 0 records behind, changelog end 305",
+        "  count[1] on shop-consumer at 10.0.0.7 in a:/state/shop: at most 40 records behind (at its last join), "
+        "changelog end 152",
+    ]
+    assert render_lags([]).startswith("standbys: none")

@@ -202,9 +202,11 @@ class RocksDBBackend:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = Path(path)
+        self._key = os.path.abspath(path)
         self._write_failed = False
         self._db, self._meta, self._offsets = self._open()
         SHARED_MEMORY.opened(self)
+        _OPEN[self._key] = self
 
     def _open(self) -> tuple[Rdict, ColumnFamily | None, dict[int, int]]:
         try:
@@ -328,6 +330,7 @@ class RocksDBBackend:
         wipe(self._path)
         self._db, self._meta, self._offsets = self._open()
         SHARED_MEMORY.opened(self)
+        _OPEN[self._key] = self
 
     def close(self) -> None:
         """Flush and release the lock, so another process can open the store at once; idempotent.
@@ -339,6 +342,8 @@ class RocksDBBackend:
         if self._meta is None:  # closed already
             return
         self._meta = None  # the handle would keep the database, and its lock, alive
+        _OPEN.pop(self._key, None)
+        _CLOSED_AT[self._key] = self._offsets.get(0)
         SHARED_MEMORY.closing(self)
         try:
             self._db.close()
@@ -363,6 +368,26 @@ def wipe(path: str | os.PathLike[str]) -> None:
     if strangers:
         raise StoreError(f"not wiping {directory}: it holds files that are not a store's: {sorted(strangers)[:5]}")
     shutil.rmtree(directory)
+    _CLOSED_AT.pop(os.path.abspath(directory), None)
+
+
+_OPEN: weakref.WeakValueDictionary[str, RocksDBBackend] = weakref.WeakValueDictionary()
+"""The databases this process has open, by absolute path."""
+_CLOSED_AT: dict[str, int | None] = {}
+"""The offset each store directory held when this process closed it or last read it: nothing else writes it
+but the processes sharing the state directory."""
+
+
+def held_offset(path: str | os.PathLike[str]) -> int | None:
+    """The changelog offset a store's directory holds, as cheaply as this process knows it: an open store's
+    own, the one it closed with, else read from the directory once (`stored_offset`)."""
+    key = os.path.abspath(path)
+    database = _OPEN.get(key)
+    if database is not None:
+        return database.changelog_offset()
+    if key not in _CLOSED_AT:
+        _CLOSED_AT[key] = stored_offset(path)
+    return _CLOSED_AT[key]
 
 
 def stored_offset(path: str | os.PathLike[str]) -> int | None:

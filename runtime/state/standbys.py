@@ -29,7 +29,7 @@ from runtime.config import AppConfig
 from runtime.kafka.standby_placement import Task, task_name
 from runtime.state.task_state import store_path
 from stores import Backend, StoreCorrupted, StoreError, open_backend, wipe
-from stores.rocksdb import stored_offset
+from stores.rocksdb import held_offset
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,8 @@ class StandbyStores:
 
     def positions(self) -> dict[Task, int]:
         """Per task whose stores this worker's state directory holds: the sum of their changelog offsets, what
-        the group's leader compares members by."""
+        the group's leader compares members by. Read in the group's join: a store this process has not opened
+        is read from its directory the first time only (`read_all` reads them all before the first join)."""
         sums: dict[Task, int] = {}
         for task, stores in self._tasks.items():
             held = [offset for offset in map(self._position, stores) if offset is not None]
@@ -128,8 +129,11 @@ class StandbyStores:
         return sums
 
     def _position(self, store: StandbyStore) -> int | None:
-        backend = self._open.get(store.changelog)
-        return backend.changelog_offset() if backend is not None else stored_offset(store.path)
+        return held_offset(store.path)
+
+    async def read_all(self) -> None:
+        """The positions of the stores on disk, read off the event loop: tens of milliseconds a store."""
+        await asyncio.to_thread(self.positions)
 
     def follow(self, tasks: set[Task]) -> None:
         """The standbys of the latest assignment: those no longer wanted close at once, so that a task

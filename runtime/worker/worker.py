@@ -297,6 +297,8 @@ class Worker:
                 producer, self._transactional = None, None
             elif exactly_once:
                 await self._unless_stopped(self._end_abandoned_transactions())
+            if self.standbys is not None:
+                await self._unless_stopped(self.standbys.read_all())
             await self._unless_stopped(start_with_retries("consumer", bootstrap, consumer.start))
             try:
                 async with asyncio.TaskGroup() as group:

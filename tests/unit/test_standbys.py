@@ -19,7 +19,7 @@ from runtime.kafka.query_routing import decoded_owners
 from runtime.state.standbys import StandbyStores, first_inputs, stateful_tasks
 from runtime.state.task_state import store_path
 from stores import open_backend
-from stores.rocksdb import RocksDBBackend, stored_offset
+from stores.rocksdb import RocksDBBackend, held_offset, stored_offset, wipe
 
 
 def app(tmp_path: Path) -> AppConfig:
@@ -65,7 +65,11 @@ def test_a_member_reports_the_offsets_its_state_directory_holds(tmp_path: Path) 
     kept.write([(b"k", b"v")], 42)
     stores = StandbyStores(stateful_tasks(config, {"orders": 2}))
     assert stores.positions() == {"count[1]": 42}, "read while the store is open elsewhere"
+    kept.write([], 50)
     kept.close()
+    assert held_offset(store_path(config, "counts", 1)) == 50, "as it closed, without opening it again"
+    wipe(store_path(config, "counts", 1))
+    assert held_offset(store_path(config, "counts", 1)) is None
     assert stored_offset(tmp_path / "nothing") is None
 
 

@@ -10,17 +10,18 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from runtime.commands.cluster import Cluster
 from runtime.commands.standby_lags import standby_lags
 from runtime.config import load_app
+from runtime.worker.transactional_ids import TransactionalId
 from stores.rocksdb import stored_offset
 from tests.conftest import TopicNamer
 from tests.integration.test_state import KEYS, counting_app
 from tests.support.kafka_helpers import create_topic, produce, read_topic
 from tests.support.kills import FAST_FAILOVER
-from tests.support.running import numbered, read_log, spawn_worker, until, write_app
+from tests.support.running import numbered, read_log, running_tasks, spawn_worker, until, write_app
 
 pytestmark = pytest.mark.anyio
 
@@ -51,10 +52,9 @@ def exact(updates: dict[str, list[int]], total: int) -> bool:
     }
 
 
-def running(log: str) -> set[int]:
-    """The partitions of the worker's tasks since its last rebalance (each revokes every partition)."""
-    started = re.findall(r"started tasks (.*)", log)
-    return {int(p) for p in re.findall(r"count\[(\d+)\]", started[-1])} if started else set()
+def running(log: Path) -> set[int]:
+    """The partitions of the worker's tasks: a cooperative rebalance stops only the tasks that move."""
+    return {int(p) for task in running_tasks(log) for p in re.findall(r"count\[(\d+)\]", task)}
 
 
 async def counts_exact(bootstrap: str, sink: str, total: int) -> None:
@@ -90,14 +90,25 @@ def restore_reported(log: str, partition: int, warm: int, end: int) -> None:
     assert int(replayed.group(1)) < warm, "far less than the whole store's changelog"
 
 
+async def end_open_transaction(bootstrap: str, killed: Path) -> None:
+    """What the killed worker's restart would do first: end the transaction it left open, which otherwise holds
+    back its task's next owner until the broker times it out (up to its cleanup interval, 10 s, later)."""
+    transactional_id = TransactionalId(load_app(killed))
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id.value)
+    try:
+        await producer.start()
+        await producer.stop()
+    finally:
+        transactional_id.close()
+
+
 async def test_a_killed_workers_task_resumes_from_the_standby_replaying_only_its_lag(
     kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
 ) -> None:
     source, sink = topic_name("in"), topic_name("out")
     await create_topic(kafka_bootstrap, source, 2)
     app = counting_app(topic_name("app"), source, sink, 2, tmp_path / "state", "rocksdb")
-    # The killed worker's open transaction holds back the read of the outputs until it times out.
-    app |= {"standby_replicas": 1, "guarantee": "exactly_once", "transaction_timeout_ms": 2000}
+    app |= {"standby_replicas": 1, "guarantee": "exactly_once"}
     app["processors"][0]["class"] = "tests.support.apps:SlowCountPerKey"
     app["kafka"] = {"bootstrap_servers": kafka_bootstrap, "consumer": FAST_FAILOVER}
     # Each worker has its own state dir, as on separate machines.
@@ -105,12 +116,14 @@ async def test_a_killed_workers_task_resumes_from_the_standby_replaying_only_its
     logs = {name: tmp_path / f"{name}.log" for name in "ab"}
     first, second = (spawn_worker(paths[name], log=logs[name]) for name in "ab")
     await produce(kafka_bootstrap, source, numbered(2000))
-    await until(
-        lambda: sorted([*running(read_log(logs["a"])), *running(read_log(logs["b"]))]) == [0, 1],
-        "each worker runs one task",
-        30,
-    )
-    (victim,) = running(read_log(logs["a"]))
+    tasks: dict[str, set[int]] = {}
+
+    def one_task_each() -> bool:
+        tasks.update({name: running(log) for name, log in logs.items()})
+        return len(tasks["a"]) == len(tasks["b"]) == 1 and tasks["a"] != tasks["b"]
+
+    await until(one_task_each, "each worker runs one task", 30)
+    (victim,) = tasks["a"]
     await counts_exact(kafka_bootstrap, sink, 2000)
     changelog = TopicPartition(f"{app['app_id']}-counts-changelog", victim)
     warm = await caught_up(kafka_bootstrap, changelog, tmp_path / "b" / app["app_id"] / "counts" / str(victim))
@@ -125,6 +138,7 @@ async def test_a_killed_workers_task_resumes_from_the_standby_replaying_only_its
     await asyncio.sleep(0.2)  # the first worker is mid-stream when it dies
     first.send_signal(signal.SIGKILL)
     first.wait()
+    await end_open_transaction(kafka_bootstrap, paths["a"])
     took_over = re.compile(rf"store counts partition {victim} (is up to date|from its changelog)")
     await until(lambda: took_over.search(read_log(logs["b"])) is not None, "the second worker took the task over", 30)
     await counts_exact(kafka_bootstrap, sink, 2600)

@@ -77,17 +77,19 @@ async def caught_up(bootstrap: str, changelog: TopicPartition, store: Path) -> i
 
 
 def restore_reported(log: str, partition: int, warm: int, end: int) -> None:
-    """The restore of the task taken over began where the standby was, and replayed only what it lacked."""
-    restored = re.search(rf"restoring store counts partition {partition} from its changelog: offsets (\d+)\.\.", log)
-    if restored is None:  # the standby had all of it
-        up_to_date = re.search(rf"store counts partition {partition} is up to date \(changelog offset (\d+)\)", log)
-        assert up_to_date is not None and int(up_to_date.group(1)) >= warm, log
+    """The restore of the task taken over (the last of the partition's in the log) began where the standby was,
+    and replayed only what it lacked."""
+    up_to_date_or_replayed = r"(?:is up to date \(changelog offset (\d+)\)|from its changelog: offsets (\d+)\.\.)"
+    began = re.findall(rf"store counts partition {partition} {up_to_date_or_replayed}", log)
+    assert began, log
+    up_to_date, replay_from = began[-1]
+    if up_to_date:  # the standby had all of it
+        assert int(up_to_date) >= warm, log
         return
-    replayed = re.search(rf"restored store counts partition {partition}: (\d+) records", log)
-    assert replayed is not None
-    assert int(restored.group(1)) >= warm, "the restore starts where the standby was, not from the beginning"
-    assert int(replayed.group(1)) <= end - warm, "only what the standby had not applied yet is replayed"
-    assert int(replayed.group(1)) < warm, "far less than the whole store's changelog"
+    replayed = int(re.findall(rf"restored store counts partition {partition}: (\d+) records", log)[-1])
+    assert int(replay_from) >= warm, "the restore starts where the standby was, not from the beginning"
+    assert replayed <= end - warm, "only what the standby had not applied yet is replayed"
+    assert replayed < warm, "far less than the whole store's changelog"
 
 
 async def end_open_transaction(bootstrap: str, killed: Path) -> None:

@@ -105,6 +105,7 @@ def register_everything(metrics: RuntimeMetrics) -> None:
     metrics.register_in_flight(lambda: {"0_0": (40, 0.8)})
     metrics.register_paused_partitions(lambda: 1)
     metrics.register_restore(lambda: {("app-store-changelog", 0): (10, 5)})
+    metrics.register_standby_lag(lambda: {("app-store-changelog", 1): 4})
     metrics.register_global_store_offsets(lambda: {("rates", 0): (3, 7)})
     metrics.register_readiness(lambda: (True, False))
     metrics.register_rocksdb_memory(lambda: (30_000_000, 64 * 1024 * 1024))

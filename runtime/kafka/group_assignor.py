@@ -228,7 +228,9 @@ class CooperativeStickyAssignor(GroupAssignor):
 
 
 def assigned_standbys(tasks: set[Task] | None) -> dict[str, list[Task]]:
-    return {"standbys": sorted(tasks or ())}
+    """The field only for a member with standbys: a worker of a version before them reads every field as an
+    address, and fails on a list."""
+    return {"standbys": sorted(tasks)} if tasks else {}
 
 
 def others_own(reports: Mapping[str, MemberReport], member: str) -> set[TopicPartition]:

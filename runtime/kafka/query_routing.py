@@ -42,8 +42,10 @@ def json_object(user_data: bytes | None) -> dict[str, Any]:
 
 
 def decoded_owners(user_data: bytes | None) -> Owners:
-    """The map the leader sent; empty when the leader gave none."""
-    by_address = json_object(user_data).get("owners")
+    """The map the leader sent; empty when the leader gave none. A leader of a version before named fields sent
+    the map alone (no address is called `owners`)."""
+    fields = json_object(user_data)
+    by_address = fields.get("owners", fields)
     if not isinstance(by_address, dict):
         return {}
     return {

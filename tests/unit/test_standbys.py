@@ -167,7 +167,7 @@ def test_a_member_that_tells_nothing_readable_gets_standbys_by_balance_alone() -
     leader = assignor(None, StandbyGroup(1, {"p": "in"}, "home", host))
     members = {"m1": joined(leader), "m2": ConsumerProtocolMemberMetadata(0, ["in"], b"\xff not json")}
     assignments = leader.assign(Cluster(), members)
-    told = {member: json.loads(assignment.user_data)["standbys"] for member, assignment in assignments.items()}
+    told = {member: json.loads(assignment.user_data).get("standbys") for member, assignment in assignments.items()}
     assert told == {"m1": ["p[2]", "p[3]"], "m2": ["p[0]", "p[1]"]}
     leader.on_assignment(ConsumerProtocolMemberAssignment(0, [], b"{}"))
     assert host.followed == set(), "a leader without standbys asks for none"
@@ -186,3 +186,10 @@ def test_describe_tells_the_replicas_and_each_standbys_lag_live_here_or_as_it_jo
         "changelog end 152",
     ]
     assert render_lags([]).startswith("standbys: none")
+
+
+def test_a_leader_of_the_version_before_named_fields_is_still_understood() -> None:
+    legacy = json.dumps({"a:1": {"in": [0, 1]}}).encode()
+    assert decoded_owners(legacy) == {("in", 0): "a:1", ("in", 1): "a:1"}
+    plain = assignor("a:1").assign(Cluster(), {"m1": joined(assignor("a:1"))})
+    assert json.loads(plain["m1"].user_data) == {"owners": {"a:1": {"in": [0, 1, 2, 3]}}}, "no standbys, no field"

@@ -93,6 +93,11 @@ class AppConfig(Strict):
     state_dir: Path = Path("state")
     # Other workers each keeping a stateful task's RocksDB stores warm from their changelogs, for a fast failover.
     standby_replicas: int = Field(default=0, ge=0, le=INT32_MAX)
+    # With standbys: a task goes to a worker at most this many changelog records behind while another is
+    # caught up; a worker further behind warms up first (KIP-441), as Kafka Streams' default.
+    acceptable_recovery_lag: int = Field(default=10_000, ge=0, le=2**63 - 1)
+    # While warm-ups run, the group's leader rebalances this often to move the tasks whose warm-up caught up.
+    probing_rebalance_interval_ms: int = Field(default=600_000, ge=1, le=INT32_MAX)
     rocksdb: RocksDBConfig = Field(default_factory=RocksDBConfig)
     # What the stores of a worker hold in memory until their commit: past it, the commit comes early.
     store_buffer_mb: int = Field(default=16, ge=1)

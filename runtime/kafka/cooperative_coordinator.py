@@ -9,7 +9,9 @@ chose `cooperative-sticky` (runtime/kafka/group_assignor.py), this coordinator i
 - after the join revokes only what the assignment took away, assigns only what it added, and keeps the
   fetch position of everything else (runtime/kafka/aiokafka_internals.py's `assign_keeping`);
 - when it revoked anything, rejoins at once: the leader handed those partitions to no one, and the second
-  round hands them to their new owner.
+  round hands them to their new owner;
+- when it led a round that left warm-ups (runtime/kafka/warmups.py), rejoins after the probing interval:
+  a probing rebalance, which moves the tasks whose warm-up caught up and stops nothing else.
 
 A member dropped from the group (its generation reset) may have lost what it held to another: it revokes
 everything before joining again, as does a member of a group that chose `range` (a group with a worker
@@ -93,6 +95,7 @@ class CooperativeCoordinator(RebalanceSteps):
         super().__init__(*args, **kwargs)
         self.settled = asyncio.Event()
         self.settled.set()
+        self._probe: asyncio.TimerHandle | None = None
 
     async def commit_offsets(self, assignment: Any, offsets: Any) -> None:
         await self.settled.wait()
@@ -100,10 +103,13 @@ class CooperativeCoordinator(RebalanceSteps):
 
     async def close(self) -> None:
         self.settled.set()  # a commit waiting for a join that will not come is refused as it goes
+        self._schedule_probe(None)
         await super().close()
 
     async def prepare_join(self, previous_assignment: Any) -> None:
         membership = self.membership()
+        if membership is not None:
+            membership.probe_in_s = None  # set again by this round's assignment if this member leads it
         if membership is None or not self.cooperative_now() or previous_assignment is None:
             self.settled.set()  # the revoke's final commit goes in this generation
             await revoke_all_before_join(self, previous_assignment)
@@ -143,12 +149,24 @@ class CooperativeCoordinator(RebalanceSteps):
             await self._tell(listener.on_partitions_revoked(set(change.revoked)), "on_partitions_revoked")
         new_assignment = assign_keeping(self, assigned, change.kept)
         assignor_named(self, protocol).on_assignment(assignment)
+        self._schedule_probe(membership.probe_in_s)
         await refresh_committed_for(self, new_assignment)
         self.protocol, self.unrevoked, membership.owned = protocol, frozenset(), assigned
         if listener is not None:
             await self._tell(listener.on_partitions_assigned(set(change.added)), "on_partitions_assigned")
         if change.rejoin:
             self.request_rejoin()
+
+    def _schedule_probe(self, delay_s: float | None) -> None:
+        """The probing rebalance this member's last round asked for, and none other."""
+        if self._probe is not None:
+            self._probe.cancel()
+            self._probe = None
+        if delay_s is not None:
+            log.info(
+                "warm-ups under way: group %s rebalances again in %.0fs to move what caught up", self.group_id, delay_s
+            )
+            self._probe = asyncio.get_running_loop().call_later(delay_s, self.request_rejoin)
 
     def cooperative_now(self) -> bool:
         """The group's generation is cooperative and this member is still in it."""

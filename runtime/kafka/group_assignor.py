@@ -40,6 +40,7 @@ from runtime.kafka.aiokafka_internals import (
 )
 from runtime.kafka.query_routing import Owners, decoded_owners, json_object, owners_by_address
 from runtime.kafka.standby_placement import Task, place, task_name
+from runtime.kafka.warmups import Units, WarmUps, kept_on_caught_up, stateful_units
 
 COOPERATIVE_STICKY = "cooperative-sticky"
 RANGE = "range"
@@ -64,6 +65,10 @@ class StandbyGroup:
     first_inputs: Mapping[str, str]
     home: str
     host: StandbyHost
+    acceptable_recovery_lag: int | None = None
+    """A task goes to a member this many records behind at most, while another one is caught up (warm-ups)."""
+    probing_interval_s: float = 600.0
+    """How soon after a rebalance that left warm-ups the leader rebalances again to move their tasks."""
 
 
 @dataclass
@@ -78,6 +83,8 @@ class Membership:
     """The owners map of the last assignment; None while a rebalance took this worker's partitions away."""
     standbys: StandbyGroup | None = None
     """Set when the app keeps standby replicas."""
+    probe_in_s: float | None = None
+    """Set by the leader's assignment when it left warm-ups: the delay of the probing rebalance."""
 
     def user_data(self) -> bytes:
         owned: dict[str, list[int]] = defaultdict(list)
@@ -152,13 +159,18 @@ class GroupAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             for report in reports.values()
             for topic in report.topics
         }
-        target = self.divide(counts, reports)
+        warm_ups = self.warm_ups(self.divide(counts, reports), counts, reports)
+        target = {member: unit_partitions(warm_ups.units[member], reports[member].topics, counts) for member in reports}
+        group = self.membership.standbys
+        self.membership.probe_in_s = group.probing_interval_s if group and warm_ups.needs_probing else None
         assigned = {
             member: tps - others_own(reports, member)  # what another member still runs waits for its revoke
             for member, tps in target.items()
         }
         owners = owners_by_address({reports[member].address: by_topic(tps).items() for member, tps in assigned.items()})
         standbys = self.placed_standbys(reports, target)
+        for member, tasks in warm_ups.warming.items():
+            standbys.setdefault(member, set()).update(tasks)
         return {
             member: ConsumerProtocolMemberAssignment(
                 self.version,
@@ -189,18 +201,24 @@ class GroupAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         homes = {member: report.home or member for member, report in reports.items()}
         return place(sorted(reports), positions, active, group.replicas, homes=homes).standbys
 
-    def divide(self, counts: Mapping[str, int], reports: Mapping[str, MemberReport]) -> dict[str, set[TopicPartition]]:
+    def divide(self, counts: Mapping[str, int], reports: Mapping[str, MemberReport]) -> dict[str, set[int]]:
         """Range: the members in order of their id, each a run of partition numbers, the first ones one more."""
         members = sorted(reports)
         units = sorted(range(max(counts.values(), default=0)))
         share, extra = divmod(len(units), len(members))
-        assigned: dict[str, set[TopicPartition]] = {}
+        assigned: dict[str, set[int]] = {}
         start = 0
         for index, member in enumerate(members):
             length = share + (1 if index < extra else 0)
-            assigned[member] = unit_partitions(units[start : start + length], reports[member].topics, counts)
+            assigned[member] = set(units[start : start + length])
             start += length
         return assigned
+
+    def warm_ups(
+        self, target: dict[str, set[int]], counts: Mapping[str, int], reports: Mapping[str, MemberReport]
+    ) -> WarmUps:
+        """None under range: its assignment follows the members' ids alone."""
+        return WarmUps(target, {})
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:
         self.membership.owners = decoded_owners(assignment.user_data)
@@ -216,15 +234,43 @@ class CooperativeStickyAssignor(GroupAssignor):
 
     name = COOPERATIVE_STICKY
 
-    def divide(self, counts: Mapping[str, int], reports: Mapping[str, MemberReport]) -> dict[str, set[TopicPartition]]:
+    def divide(self, counts: Mapping[str, int], reports: Mapping[str, MemberReport]) -> dict[str, set[int]]:
         units = list(range(max(counts.values(), default=0)))
         owner_of: dict[int, str] = {}
         for member in sorted(reports, key=lambda m: (-len(reports[m].owned), m)):  # a unit claimed twice: the
             for tp in sorted(reports[member].owned):  # member that owns more keeps it
                 if tp.partition < len(units):
                     owner_of.setdefault(tp.partition, member)
-        kept = sticky_shares(units, sorted(reports), owner_of)
-        return {member: unit_partitions(kept[member], reports[member].topics, counts) for member in reports}
+        units_of = self.units(counts, reports)
+        group = self.membership.standbys
+        caught_up = (
+            units_of.caught_up(group.acceptable_recovery_lag)
+            if units_of is not None and group is not None and group.acceptable_recovery_lag is not None
+            else {}
+        )
+        kept = sticky_shares(units, sorted(reports), owner_of, caught_up)
+        return {member: set(kept[member]) for member in reports}
+
+    def warm_ups(
+        self, target: dict[str, set[int]], counts: Mapping[str, int], reports: Mapping[str, MemberReport]
+    ) -> WarmUps:
+        """A stateful unit whose target lags more than the acceptable recovery lag, while another member is
+        caught up, stays there and warms up on its target (runtime/kafka/warmups.py)."""
+        group = self.membership.standbys
+        units = self.units(counts, reports)
+        if units is None or group is None or group.acceptable_recovery_lag is None:
+            return WarmUps(target, {})
+        homes = {member: report.home or member for member, report in reports.items()}
+        return kept_on_caught_up(target, units, group.acceptable_recovery_lag, homes)
+
+    def units(self, counts: Mapping[str, int], reports: Mapping[str, MemberReport]) -> Units | None:
+        """The stateful units and the members' positions of their tasks; None without standbys."""
+        group = self.membership.standbys
+        if group is None:
+            return None
+        return Units(
+            stateful_units(group.first_inputs, counts), {member: report.positions for member, report in reports.items()}
+        )
 
 
 def assigned_standbys(tasks: set[Task] | None) -> dict[str, list[Task]]:
@@ -237,9 +283,18 @@ def others_own(reports: Mapping[str, MemberReport], member: str) -> set[TopicPar
     return set().union(*(report.owned for other, report in reports.items() if other != member))
 
 
-def sticky_shares(units: list[int], members: list[str], owner_of: Mapping[int, str]) -> dict[str, list[int]]:
+def sticky_shares(
+    units: list[int],
+    members: list[str],
+    owner_of: Mapping[int, str],
+    caught_up: Mapping[int, frozenset[str]] | None = None,
+) -> dict[str, list[int]]:
     """Each member's balanced share of the units: what it owned first, up to its share; the members that own
-    most take the shares one larger; the units left go, in order, to the members below their share."""
+    most take the shares one larger; the units left go, in order, to the members below their share.
+
+    `caught_up`: the members whose stores are caught up on each stateful unit. A member above its share
+    gives up first the units a member below its share is caught up on, and a member below its share takes
+    first a unit it is caught up on: a warm-up that caught up is where its unit goes."""
     share, extra = divmod(len(units), len(members))
     owned: dict[str, list[int]] = {member: [] for member in members}
     for unit in units:
@@ -247,10 +302,22 @@ def sticky_shares(units: list[int], members: list[str], owner_of: Mapping[int, s
             owned[owner_of[unit]].append(unit)
     by_claim = sorted(members, key=lambda m: (-len(owned[m]), m))
     quota = {member: share + (1 if index < extra else 0) for index, member in enumerate(by_claim)}
-    kept = {member: owned[member][: quota[member]] for member in members}
+    warm = caught_up or {}
+    below = frozenset(member for member in members if len(owned[member]) < quota[member])
+
+    def wanted_below(unit: int) -> bool:
+        return bool(warm.get(unit, frozenset()) & below)
+
+    kept = {member: sorted(sorted(owned[member], key=wanted_below)[: quota[member]]) for member in members}
     taken = {unit for units_kept in kept.values() for unit in units_kept}
     free = [unit for unit in units if unit not in taken]
-    for member in sorted(members, key=lambda m: (len(kept[m]), m)):
+    order = sorted(members, key=lambda m: (len(kept[m]), m))
+    for member in order:
+        for unit in [unit for unit in free if member in warm.get(unit, frozenset())]:
+            if len(kept[member]) < quota[member]:
+                free.remove(unit)
+                kept[member].append(unit)
+    for member in order:
         while len(kept[member]) < quota[member]:
             kept[member].append(free.pop(0))
     return kept

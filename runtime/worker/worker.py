@@ -329,7 +329,14 @@ class Worker:
         membership = self.queries.membership if self.queries is not None else Membership()
         if standbys is not None:
             replicas = self.config.standby_replicas
-            membership.standbys = StandbyGroup(replicas, first_inputs(self.config), state_home(self.config), standbys)
+            membership.standbys = StandbyGroup(
+                replicas,
+                first_inputs(self.config),
+                state_home(self.config),
+                standbys,
+                self.config.acceptable_recovery_lag,
+                self.config.probing_rebalance_interval_ms / 1000,
+            )
         return membership
 
     async def _session(

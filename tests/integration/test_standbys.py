@@ -148,3 +148,34 @@ async def test_a_killed_workers_task_resumes_from_the_standby_replaying_only_its
     assert second.wait(timeout=30) == 0
     end = (await changelog_ends(kafka_bootstrap, changelog.topic, 2))[victim]
     restore_reported(read_log(logs["b"]), victim, warm, end)
+
+
+async def test_a_joining_worker_warms_up_before_it_takes_its_task_and_the_probe_hands_it_over(
+    kafka_bootstrap: str, topic_name: TopicNamer, tmp_path: Path
+) -> None:
+    source, sink = topic_name("in"), topic_name("out")
+    await create_topic(kafka_bootstrap, source, 2)
+    app = counting_app(topic_name("app"), source, sink, 2, tmp_path / "state", "rocksdb")
+    app |= {"standby_replicas": 1, "acceptable_recovery_lag": 20, "probing_rebalance_interval_ms": 1000}
+    app["kafka"] = {"bootstrap_servers": kafka_bootstrap, "consumer": FAST_FAILOVER}
+    paths = {name: write_app(tmp_path, {**app, "state_dir": str(tmp_path / name)}, f"{name}.yaml") for name in "ab"}
+    logs = {name: tmp_path / f"{name}.log" for name in "ab"}
+    first = spawn_worker(paths["a"], log=logs["a"])
+    await produce(kafka_bootstrap, source, numbered(300))
+    await counts_exact(kafka_bootstrap, sink, 300)
+    second = spawn_worker(paths["b"], log=logs["b"])
+    await until(lambda: any("warm-ups under way" in read_log(log) for log in logs.values()), "a warm-up", 20)
+    assert running(logs["b"]) == set(), "the joining worker runs nothing while it lags"
+    await until(lambda: len(running(logs["a"])) == len(running(logs["b"])) == 1, "the probe moved a task", 20)
+    (moved,) = running(logs["b"])
+    restored = re.compile(
+        rf"store counts partition {moved} is up to date|restored store counts partition {moved}: (\d+)"
+    )
+    await until(lambda: restored.search(read_log(logs["b"])) is not None, "the moved task's store opened", 20)
+    match = restored.search(read_log(logs["b"]))
+    assert match is not None and int(match.group(1) or 0) <= 20, "the warm-up left at most the acceptable lag"
+    await produce(kafka_bootstrap, source, numbered(100, start=300))
+    await counts_exact(kafka_bootstrap, sink, 400)
+    for worker in (first, second):
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0

@@ -39,10 +39,6 @@ class Placement:
     standbys: dict[str, set[Task]]
     warming: set[Task] = field(default_factory=set)
 
-    @property
-    def needs_probing(self) -> bool:
-        return bool(self.warming)
-
 
 class Lags:
     """Records each member would replay to run each task: the furthest reported position minus its own."""

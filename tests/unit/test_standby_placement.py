@@ -70,7 +70,7 @@ def test_a_target_far_behind_warms_up_while_a_caught_up_member_keeps_the_task() 
     placement = place(["a", "b"], positions, {"a": set(), "b": {TASKS[0]}}, replicas=0, acceptable_recovery_lag=100)
     assert placement.active == {"a": {TASKS[0]}, "b": set()}
     assert placement.standbys == {"a": set(), "b": {TASKS[0]}}
-    assert placement.warming == {TASKS[0]} and placement.needs_probing
+    assert placement.warming == {TASKS[0]}
 
 
 def test_a_target_within_the_acceptable_lag_takes_its_task_at_once() -> None:
@@ -78,7 +78,7 @@ def test_a_target_within_the_acceptable_lag_takes_its_task_at_once() -> None:
     placement = place(["a", "b"], positions, {"a": set(), "b": {TASKS[0]}}, replicas=1, acceptable_recovery_lag=100)
     assert placement.active == {"a": set(), "b": {TASKS[0]}}
     assert placement.standbys == {"a": {TASKS[0]}, "b": set()}
-    assert not placement.needs_probing
+    assert not placement.warming
 
 
 def test_with_nobody_caught_up_the_task_goes_to_its_target() -> None:
@@ -86,7 +86,7 @@ def test_with_nobody_caught_up_the_task_goes_to_its_target() -> None:
     positions = {"a": {TASKS[0]: 0}, "b": {TASKS[0]: 10}, "c": {TASKS[0]: 20}}
     active = {"a": {TASKS[0]}, "b": set(), "c": set()}
     placement = place(MEMBERS, positions, active, replicas=0, acceptable_recovery_lag=5, ends={TASKS[0]: 100})
-    assert placement.active == active and not placement.needs_probing
+    assert placement.active == active and not placement.warming
 
 
 def test_the_caught_up_member_with_the_least_lag_keeps_the_task() -> None:

@@ -173,6 +173,7 @@ class Task:
         self._services = services
         self._wakeup = asyncio.Event()
         self.lost = False
+        self._left_commits = False
         self.in_step: ProcessorStep | None = None  # set around each call into the processor, once per batch
         self.ended = False  # its actor returned or raised: it processes nothing more
         self._stopping = False
@@ -213,7 +214,7 @@ class Task:
 
     @property
     def running(self) -> bool:
-        return self.phase is TaskPhase.RUNNING and not self.lost
+        return self.phase is TaskPhase.RUNNING and not self.lost and not self._left_commits
 
     @property
     def queued(self) -> int:
@@ -258,6 +259,13 @@ class Task:
         """Stop after the record in flight; queued records are dropped (they were not committed)."""
         self._stopping = self.intake.stopping = self._loop.interrupted = True
         self._wakeup.set()
+
+    async def leave_commits(self) -> None:
+        """After its final commit: no later commit takes the task, and one under way that holds it ends first,
+        its flush of the stores with it, before the guarantee releases the task and the stores close (the
+        commits of the tasks a cooperative rebalance keeps go on beside a revoke)."""
+        async with self.turn:
+            self._left_commits = True
 
     @contextlib.asynccontextmanager
     async def commit_turn(self) -> AsyncIterator[None]:
@@ -441,7 +449,7 @@ class Task:
         worker on this machine can open them."""
         if self.phase is TaskPhase.CLOSED:
             return
-        ran, self.phase = self.running, TaskPhase.CLOSED
+        ran, self.phase = self.phase is TaskPhase.RUNNING and not self.lost, TaskPhase.CLOSED
         if self.in_flight is not None:
             self.in_flight.abandon()  # what its final commit did not wait for stays uncommitted
         self.in_step = ProcessorStep.CLOSE if ran else None

@@ -249,6 +249,7 @@ class Assignment(HoldingListener):
     async def _leave(self, task: Task) -> None:
         if task.phase is TaskPhase.CLOSED:  # a task taken over left as its actor ended
             return
+        await self._outcome.unless_abandoned(task.leave_commits())
         try:
             await self._outcome.unless_abandoned(self._commit_cycle.committer.release(task))
         except Exception as error:

@@ -268,3 +268,28 @@ async def test_a_failed_flush_holds_back_the_commit_of_every_task_sharing_its_tr
 
     assert committer.task_commits == []
     assert "a flush stores" not in log
+
+
+async def test_a_task_leaving_waits_for_a_commit_that_holds_it_and_takes_no_part_in_later_ones() -> None:
+    """Beside a cooperative revoke the kept tasks' commits go on: one that took the leaving task's turn first
+    flushes its stores before they close, and none after takes it."""
+    log: Log = []
+    leaving, kept = running_task("leaving", log), running_task("kept", log)
+    committer = RecordingCommitter(log, commits_in_turn=True)
+    committer.commits_together = True
+    committer.gate = asyncio.Event()
+    cycle = CommitCycle(committer, 60)
+    under_way = asyncio.create_task(cycle.commit([leaving, kept]))
+    await committer.entered.wait()
+
+    left = asyncio.create_task(leaving.leave_commits())
+    await asyncio.sleep(0.01)
+    assert not left.done() and leaving.running  # the commit holds its turn
+    committer.gate.set()
+    await under_way
+    await left
+
+    assert "leaving flush stores" in log and not leaving.running
+    committer.gate = None
+    await cycle.commit([leaving, kept])
+    assert [[c.task for c in commits] for commits in committer.task_commits] == [[leaving, kept], [kept]]

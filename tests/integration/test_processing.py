@@ -83,9 +83,9 @@ async def test_order_and_completeness_across_rebalances(
     second.send_signal(signal.SIGTERM)
     assert second.wait(timeout=60) == 0
 
-    assert "revoked 4 partitions" in (tmp_path / "first.log").read_text()
-    second_log = (tmp_path / "second.log").read_text()
-    assert "assigned 2 partitions" in second_log and "assigned 4 partitions" in second_log
+    # Cooperative: the join moves two of the first worker's partitions, its leave the other two.
+    assert "revoked 2 partitions" in (tmp_path / "first.log").read_text()
+    assert (tmp_path / "second.log").read_text().count("assigned 2 partitions") == 2
     values = {msgpack.unpackb(r.value)["value"]["n"] for r in records}
     assert values == set(range(total))
     for partition, offsets in first_seen_in_order(records).items():

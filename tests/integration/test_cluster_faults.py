@@ -38,7 +38,7 @@ PARTITIONS = 4
 TWO_IN_SYNC = {"min.insync.replicas": "2"}
 # Records produced before each fault: at 20 records/s per task at most (PacedCountPerKey, 50 ms each), the
 # worker has seconds of them left when the fault lands, and the last are done soon after the wipe.
-CHUNK = 500
+CHUNK = 300
 STALL_S = 120
 # What the worker must commit while a broker is down: more than the transactions in flight when it went.
 WITH_A_BROKER_DOWN = 50

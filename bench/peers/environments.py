@@ -19,6 +19,7 @@ from stores.cache_dir import cache_root
 HERE = Path(__file__).resolve().parent
 KAFKA_STREAMS_PROJECT = HERE / "kafka_streams"
 KAFKA_STREAMS_MAIN = "bench.peers.KafkaStreamsPeer"
+FAILOVER_MAIN = "bench.peers.FailoverPeer"
 # slf4j-simple: warnings and errors only, with the time, on stderr (the run's log).
 JVM_LOGGING = ["-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-Dorg.slf4j.simpleLogger.showDateTime=true"]
 
@@ -54,8 +55,9 @@ def pinned_version(peer: str, package: str) -> str:
     return found.group(1)
 
 
-def kafka_streams_command() -> list[str]:
-    """`java -cp ... KafkaStreamsPeer`, the project compiled with Kafka Streams at the broker's version."""
+def kafka_streams_command(main: str = KAFKA_STREAMS_MAIN) -> list[str]:
+    """`java -cp ... <main>` (a class of the project), the project compiled with Kafka Streams at the broker's
+    version."""
     version = kafka_version()
     sources = sorted(path for path in KAFKA_STREAMS_PROJECT.rglob("*") if path.is_file())
     build = peers_cache() / f"kafka-streams-{version}-{digest(sources)}"
@@ -67,7 +69,7 @@ def kafka_streams_command() -> list[str]:
         run([*maven, f"-Dkafka.version={version}", f"-Dpeer.build={build}", *goals], "building the Kafka Streams peer")
         (build / ".complete").touch()
     classpath = os.pathsep.join([str(build / "classes"), str(build / "dependency" / "*")])
-    return [require_tool("java"), *JVM_LOGGING, "-cp", classpath, KAFKA_STREAMS_MAIN]
+    return [require_tool("java"), *JVM_LOGGING, "-cp", classpath, main]
 
 
 def java_version() -> str:

@@ -131,6 +131,11 @@ class System:
     def decode(self, value: bytes) -> Any:
         raise NotImplementedError
 
+    def drop_leftovers(self, worker: str, partitions: list[int]) -> None:
+        """Without standbys, delete the worker's copies of partitions it does not run, left from when it ran
+        them (the first worker to join runs all partitions for a while), so that a takeover restores from
+        the changelog's start, as on a worker that never held them."""
+
     def copy_position(self, worker: str, partition: int) -> int | None:
         """The changelog offset the worker's copy of the partition's store holds, if it has one."""
         raise NotImplementedError
@@ -171,6 +176,11 @@ class Runtime(System):
 
     def decode(self, value: bytes) -> Any:
         return msgpack.unpackb(value)
+
+    def drop_leftovers(self, worker: str, partitions: list[int]) -> None:
+        if self.standbys == 0:
+            for partition in partitions:
+                shutil.rmtree(self.state_dir(worker) / self.app_id / STORE / str(partition), ignore_errors=True)
 
     def copy_position(self, worker: str, partition: int) -> int | None:
         return stored_offset(self.state_dir(worker) / self.app_id / STORE / str(partition))
@@ -256,6 +266,7 @@ async def rounds(system: System, args: argparse.Namespace, processes: dict[str, 
             victim = Counter(owners.values()).most_common(1)[0][0]
             owned = sorted(p for p, w in owners.items() if w == victim)
             survivor = WORKERS[1 - WORKERS.index(victim)]
+            system.drop_leftovers(survivor, owned)
             killed = time.time()
             processes[victim].process.send_signal(signal.SIGKILL)
             processes[victim].process.wait()

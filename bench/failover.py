@@ -25,6 +25,7 @@ import shutil
 import signal
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -35,6 +36,7 @@ import msgpack
 import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import GroupCoordinatorNotAvailableError
 
 from bench.app import REPO_ROOT, AppSpec, LoggedProcess, RuntimeProcess, python_path
 from bench.broker import create_topics, delete_topics, end_offsets, kafka
@@ -106,11 +108,11 @@ class Outputs:
         return next((at for w, at in self.made[partition] if w == worker and at > after), None)
 
 
-class System:
+class System(ABC):
     """One system's counting app: its two workers' processes, and where each keeps its copy of a partition."""
 
-    name = KAFKA_STREAMS
-    standbys = 1
+    name: str
+    standbys: int
 
     def __init__(self, bootstrap: str, app_id: str, input_topic: str, output_topic: str, workdir: Path) -> None:
         self.bootstrap, self.app_id, self.workdir = bootstrap, app_id, workdir
@@ -120,25 +122,26 @@ class System:
     def state_dir(self, worker: str) -> Path:
         return self.workdir / f"{self.app_id}-{worker}-state"
 
-    def start(self, worker: str) -> LoggedProcess:
-        raise NotImplementedError
+    @abstractmethod
+    def start(self, worker: str) -> LoggedProcess: ...
 
     def started_file(self, worker: str, suffix: str) -> Path:
         """A file of the worker's next start (its YAML, its log): a restart keeps the killed one's log."""
         self._starts[worker] += 1
         return self.workdir / f"{self.app_id}-{worker}-{self._starts[worker]}{suffix}"
 
-    def decode(self, value: bytes) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def decode(self, value: bytes) -> Any: ...
 
+    @abstractmethod
     def drop_leftovers(self, worker: str, partitions: list[int]) -> None:
         """Without standbys, delete the worker's copies of partitions it does not run, left from when it ran
         them (the first worker to join runs all partitions for a while), so that a takeover restores from
         the changelog's start, as on a worker that never held them."""
 
+    @abstractmethod
     def copy_position(self, worker: str, partition: int) -> int | None:
         """The changelog offset the worker's copy of the partition's store holds, if it has one."""
-        raise NotImplementedError
 
     @property
     def changelog(self) -> str:
@@ -187,6 +190,9 @@ class Runtime(System):
 
 
 class KafkaStreams(System):
+    name = KAFKA_STREAMS
+    standbys = 1
+
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self._command = environments.kafka_streams_command(environments.FAILOVER_MAIN)
@@ -211,6 +217,9 @@ class KafkaStreams(System):
     def decode(self, value: bytes) -> Any:
         return json.loads(value)
 
+    def drop_leftovers(self, worker: str, partitions: list[int]) -> None:
+        """With a standby everywhere, what the worker keeps of the partitions is the standby."""
+
     def copy_position(self, worker: str, partition: int) -> int | None:
         """As FailoverPeer writes it: Kafka Streams tells a standby's position only to its listener."""
         try:
@@ -224,7 +233,7 @@ async def committed_total(bootstrap: str, group: str) -> int:
     await admin.start()
     try:
         offsets = await admin.list_consumer_group_offsets(group)
-    except Exception:  # no coordinator for the group yet
+    except GroupCoordinatorNotAvailableError:  # before the group's first join
         return 0
     finally:
         await admin.close()

@@ -1,6 +1,6 @@
 """Class data sharing for the local broker's JVMs: the classes a broker loads are archived when the first
-broker exits, and every later broker and storage format maps them instead of loading them again, which
-takes a broker from launch to ready in about 3.4 s rather than 5.5 s on two cores (tests start dozens).
+broker exits, and every later broker and storage format maps them instead of loading them again, so a
+broker is ready sooner (the tests start dozens; README.md has the figure).
 
 The archive belongs to one classpath and one JVM, which the JVM checks: it ignores one that does not match
 and starts as it would without. The dumping JVM writes under a name of its own, and the archive is renamed

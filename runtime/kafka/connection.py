@@ -175,7 +175,7 @@ class Clients:
 def heartbeat_interval_ms(session_timeout_ms: int) -> int:
     """A heartbeat a second (a third of the session at most), where aiokafka's is 3 s: the second round of a
     cooperative rebalance starts as each worker hears of it at its next heartbeat, so a join or a leave
-    moves its partitions about two seconds sooner, at one small request a second per worker."""
+    moves its partitions sooner, for one small request a second per worker."""
     return min(1000, session_timeout_ms // 3)
 
 

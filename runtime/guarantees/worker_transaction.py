@@ -32,6 +32,7 @@ from runtime.errors import StopWithoutCommit
 from runtime.guarantees.commit import Committed
 from runtime.kafka.aiokafka_internals import consumer_client, group_generation
 from runtime.kafka.authorization import AUTHORIZATION_ERRORS
+from runtime.kafka.cooperative_coordinator import join_ended
 from runtime.kafka.outputs import Outputs, OutputsRefused
 from runtime.kafka.record_limits import broker_refusal
 from runtime.kafka.stable_offsets import stable_committed
@@ -61,8 +62,10 @@ class WorkerTransaction:
         counters: Counters,
         telemetry: Telemetry,
         outputs: Outputs,
+        transaction_timeout_s: float,
     ):
         self._consumer = consumer
+        self._transaction_timeout_s = transaction_timeout_s
         self._group_id = group_id
         self._from_latest = from_latest
         self._counters = counters
@@ -136,13 +139,15 @@ class WorkerTransaction:
 
     async def _commit_offsets(self, offsets: Mapping[TopicPartition, int]) -> None:
         """With the member's generation as the offsets leave. A cooperative rebalance goes on while the tasks
-        commit: when the member joined the next generation as they went, the coordinator refuses them by the
-        old one, and they go again with the new one (the member still owns them: no partition moves before
-        its owner revoked it). A member dropped from the group, or that joined as another, loses its tasks."""
+        commit: when the group moved to the next generation as they went, the coordinator refuses them by the
+        old one, and once the member joined it they go again with the new one (the member still owns them: no
+        partition moves before its owner revoked it). The join is awaited no longer than the transaction may
+        stay open. A member dropped from the group, or that joined as another, loses its tasks."""
         sent = group_generation(self._consumer)
         try:
             await commit_offsets_in_transaction(self._outputs.producer, offsets, sent)
         except GroupMembershipLost:
+            await join_ended(self._consumer, self._transaction_timeout_s)
             now = group_generation(self._consumer)
             if now.member_id != sent.member_id or now.generation_id <= sent.generation_id:
                 raise

@@ -311,11 +311,17 @@ class TransactionIdentity:
     producer_epoch: int
 
 
-def group_generation(consumer: AIOKafkaConsumer) -> GroupGeneration:
-    """0.14.0 `AIOKafkaConsumer._coordinator`'s `generation`, `member_id` and `_group_instance_id`: the consumer's
-    membership now, which aiokafka's `send_offsets_to_transaction` does not send."""
+def group_coordinator(consumer: AIOKafkaConsumer) -> GroupCoordinator | None:
+    """0.14.0 `AIOKafkaConsumer._coordinator`: the consumer's group coordinator, None without a group."""
     coordinator = consumer._coordinator
-    if not isinstance(coordinator, GroupCoordinator):
+    return coordinator if isinstance(coordinator, GroupCoordinator) else None
+
+
+def group_generation(consumer: AIOKafkaConsumer) -> GroupGeneration:
+    """0.14.0 `GroupCoordinator`'s `generation`, `member_id` and `_group_instance_id`: the consumer's membership
+    now, which aiokafka's `send_offsets_to_transaction` does not send."""
+    coordinator = group_coordinator(consumer)
+    if coordinator is None:
         raise TypeError("the consumer has no group: its offsets cannot be committed in a transaction")
     return GroupGeneration(
         coordinator.group_id, coordinator.generation, coordinator.member_id, coordinator._group_instance_id

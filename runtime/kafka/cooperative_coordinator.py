@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import inspect
 import logging
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from runtime.kafka.aiokafka_internals import (
     NO_GENERATION,
@@ -38,6 +39,7 @@ from runtime.kafka.aiokafka_internals import (
     assignors,
     build_group_coordinators_as,
     forget_group_subscription,
+    group_coordinator,
     rebalance_listener,
     refresh_committed_for,
     revoke_all_before_join,
@@ -70,11 +72,15 @@ class Handover:
 
 
 def handover(
-    unrevoked: frozenset[TopicPartition], owned: frozenset[TopicPartition], assigned: frozenset[TopicPartition]
+    unrevoked: frozenset[TopicPartition],
+    owned: frozenset[TopicPartition],
+    assigned: frozenset[TopicPartition],
+    running: frozenset[TopicPartition] | None = None,
 ) -> Handover:
     """`unrevoked`: the partitions assigned and not revoked before the join (none after an eager one);
-    `owned`: those the member reported running as it joined."""
-    kept = owned & assigned
+    `owned`: those the member reported running as it joined; `running`: those it still runs as the join ends,
+    when it knows (a task taken over meanwhile runs no more, and its partitions, assigned again, start anew)."""
+    kept = owned & assigned if running is None else owned & running & assigned
     return Handover(unrevoked - assigned, kept, assigned - kept, bool(owned - assigned))
 
 
@@ -132,7 +138,9 @@ class CooperativeCoordinator(RebalanceSteps):
             await super().complete_join(protocol, assignment)
             return
         assigned = frozenset(assignment.partitions())
-        change = handover(self.unrevoked, membership.owned, assigned)
+        listener = rebalance_listener(self)
+        running = frozenset(listener.held()) if isinstance(listener, HoldingListener) else None
+        change = handover(self.unrevoked, membership.owned, assigned, running)
         log.info(
             "joined group %s (generation %s, %s): %d partitions kept, %d given up (%s), %d new (%s)",
             self.group_id,
@@ -144,7 +152,6 @@ class CooperativeCoordinator(RebalanceSteps):
             len(change.added),
             named(change.added),
         )
-        listener = rebalance_listener(self)
         if listener is not None and change.revoked:  # first: their final commit needs them still assigned
             await self._tell(listener.on_partitions_revoked(set(change.revoked)), "on_partitions_revoked")
         new_assignment = assign_keeping(self, assigned, change.kept)
@@ -183,6 +190,17 @@ class CooperativeCoordinator(RebalanceSteps):
                 await call
         except Exception:
             log.exception("the rebalance listener of group %s failed in %s", self.group_id, what)
+
+
+async def join_ended(consumer: AIOKafkaConsumer, timeout_s: float) -> None:
+    """Returns once the consumer's cooperative join under way (if any) ended, or after `timeout_s`. Offsets sent
+    in a transaction while the member joins are refused by the generation it joins from; once it joined, the
+    same offsets go with the new one, as the member still owns the partitions (none moves before its owner
+    revoked it)."""
+    coordinator = group_coordinator(consumer)
+    if isinstance(coordinator, CooperativeCoordinator) and not coordinator.settled.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(coordinator.settled.wait(), timeout_s)
 
 
 def named(tps: frozenset[TopicPartition]) -> str:

@@ -534,7 +534,15 @@ class Worker:
         config = self.config
         from_latest = config.kafka.consumer.get("auto_offset_reset") == "latest"
         if config.guarantee is Guarantee.EXACTLY_ONCE and shared is not None:
-            return WorkerTransaction(consumer, config.group_id, from_latest, self.counters, self.telemetry, shared)
+            return WorkerTransaction(
+                consumer,
+                config.group_id,
+                from_latest,
+                self.counters,
+                self.telemetry,
+                shared,
+                config.transaction_timeout_ms / 1000,
+            )
         if config.guarantee is Guarantee.EXACTLY_ONCE:
 
             def transactional_outputs(transactional_id: str) -> Outputs:

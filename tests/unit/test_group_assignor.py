@@ -166,6 +166,13 @@ def test_a_partition_whose_task_was_taken_over_starts_again_when_assigned_again(
     assert (change.revoked, change.rejoin) == (tps(1), False), "given back, and no one waited for it"
 
 
+def test_a_task_taken_over_during_the_join_starts_again_though_its_partitions_were_reported_owned() -> None:
+    # Partition 1's task was dropped after the member told the leader it ran it: assigned to it again, it is
+    # not kept (nothing would run it, and no rebalance would come to start it), it starts anew.
+    change = handover(unrevoked=tps(0, 1), owned=tps(0, 1), assigned=tps(0, 1), running=tps(0))
+    assert (change.revoked, change.kept, change.added, change.rejoin) == (tps(), tps(0), tps(1), False)
+
+
 async def test_a_kept_partition_keeps_its_fetch_position_and_pause_across_the_new_assignment() -> None:
     """aiokafka's new assignment starts every partition over from its committed offset; a kept one does not."""
     state = SubscriptionState()

@@ -6,7 +6,9 @@ and compiles it to point carets at the failing expression. A processor that fail
 the same way each time, so the frames of each traceback are formatted once per path through the code
 (the code objects and instructions it passed) and kept; only the exception's own line is formatted each time,
 and without `format_exception_only`, which takes in the whole chain of causes again for each line. The
-trace reads as Python prints it, chained exceptions included, without the carets.
+trace reads as Python prints it, chained exceptions included, without the carets, and without the frame that
+caught the error: that is the runtime's own (the record loop calling `process`, or decoding a record), the same
+for every record, and it would tell a reader nothing while adding a frame to every trace.
 """
 
 from __future__ import annotations
@@ -25,10 +27,38 @@ _formatted: dict[tuple[int, ...], tuple[tuple[CodeType, ...], bytes]] = {}
 
 
 def stack_trace(error: BaseException, text: bytes | None = None) -> bytes:
-    """`error` formatted as `traceback.format_exception` does, from the innermost cause to `error`, in UTF-8;
-    `text` is `error_text(error)` encoded, when the caller has it already (a dead letter's message)."""
-    if error.__cause__ is None and (error.__context__ is None or error.__suppress_context__):
-        return _alone(error, text)  # the common case
+    """`error`, as the runtime caught it, formatted as `traceback.format_exception` does from the innermost cause
+    to `error`, in UTF-8, but from the frame below the one that caught it (when there is one: a cause's frames
+    are all kept); `text` is `error_text(error)` encoded, when the caller has it already (a dead letter's
+    message). The common case, one exception of a type seen before, without notes, raised along the path of the
+    last one, is done here without a call."""
+    head = _heads.get(error.__class__)  # never an exception group's, nor a SyntaxError's
+    tb = error.__traceback__
+    if tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next  # below the catcher
+    if (
+        head is None
+        or tb is None
+        or error.__cause__ is not None
+        or (error.__context__ is not None and not error.__suppress_context__)
+        or getattr(error, "__notes__", None)
+    ):
+        return _chained(error, text)
+    step: TracebackType | None = tb
+    for code, instruction in _last.steps:
+        if step is None or step.tb_lasti != instruction or step.tb_frame.f_code is not code:
+            frames = _frames(tb)
+            break
+        step = step.tb_next
+    else:
+        frames = _last.text if step is None else _frames(tb)
+    if text is None:
+        text = error_text(error).encode()
+    return b"".join((frames, head, b": ", text, b"\n")) if text else b"".join((frames, head, b"\n"))
+
+
+def _chained(error: BaseException, text: bytes | None) -> bytes:
+    """`stack_trace` in general: a chain of causes, exception groups, notes, types not seen yet."""
     chain: list[tuple[bytes, BaseException]] = []
     seen: set[int] = set()
     joint = b""  # the line that joins an exception to the one it led to
@@ -44,23 +74,21 @@ def stack_trace(error: BaseException, text: bytes | None = None) -> bytes:
             current = None
     parts: list[bytes] = []
     for joint, exception in reversed(chain):
-        parts.append(_alone(exception, text if exception is error else None))
+        caught = exception is error
+        parts.append(_alone(exception, text if caught else None, caught))
         parts.append(joint)
     return b"".join(parts)
 
 
-def _alone(error: BaseException, text: bytes | None) -> bytes:
-    """`error`'s own part of a chain's trace, joined from its frames and its last line in one copy."""
-    if isinstance(error, BaseExceptionGroup):  # rare, and laid out as a tree: the library's own way
+def _alone(error: BaseException, text: bytes | None, caught: bool) -> bytes:
+    """`error`'s own part of a chain's trace; `caught`: it is the error the runtime caught, whose first frame is
+    left out. An exception group is laid out as a tree, every frame kept: the library's own way."""
+    if isinstance(error, BaseExceptionGroup):
         return "".join(traceback.format_exception(error, chain=False)).encode()
     tb = error.__traceback__
-    frames = b"" if tb is None else _frames(tb)
-    head = _heads.get(type(error))
-    if head is None or getattr(error, "__notes__", None):
-        return frames + _last_line(error, text)
-    if text is None:
-        text = error_text(error).encode()
-    return b"".join((frames, head, b": ", text, b"\n")) if text else b"".join((frames, head, b"\n"))
+    if caught and tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return (b"" if tb is None else _frames(tb)) + _last_line(error, text)
 
 
 class _LastPath:
@@ -79,17 +107,9 @@ _last = _LastPath()
 
 
 def _frames(tb: TracebackType) -> bytes:
-    """The trace's head line and its frames."""
-    step: TracebackType | None = tb
-    for code, instruction in _last.steps:
-        if step is None or step.tb_lasti != instruction or step.tb_frame.f_code is not code:
-            break
-        step = step.tb_next
-    else:
-        if step is None:
-            return _last.text
+    """The trace's head line and its frames, along a path other than the last one."""
     steps: list[tuple[CodeType, int]] = []
-    step = tb
+    step: TracebackType | None = tb
     while step is not None:
         steps.append((step.tb_frame.f_code, step.tb_lasti))
         step = step.tb_next
@@ -104,12 +124,15 @@ def _frames(tb: TracebackType) -> bytes:
     return found[1]
 
 
+UNPRINTABLE = "<exception str() failed>"  # what a trace prints of an exception whose `str()` fails
+
+
 def error_text(error: BaseException) -> str:
     """`str(error)`, as a trace prints it when that fails."""
     try:
         return str(error)
     except Exception:
-        return "<exception str() failed>"
+        return UNPRINTABLE
 
 
 def _last_line(error: BaseException, text: bytes | None) -> bytes:

@@ -1,5 +1,5 @@
-"""A dead letter's stack trace reads as Python prints the exception, carets aside, though its frames are
-formatted once per path through the code."""
+"""A dead letter's stack trace reads as Python prints the exception, carets and the frame that caught it aside,
+though its frames are formatted once per path through the code."""
 
 from __future__ import annotations
 
@@ -69,11 +69,27 @@ def without_carets(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not set(line.strip()) <= set("^~"))
 
 
+def pythons_below_the_catcher(error: BaseException) -> str:
+    """Python's trace of `error` from below the frame that caught it (`raised`'s, as the record loop's would be);
+    an exception group keeps all its frames. Changes `error`'s traceback."""
+    tb = error.__traceback__
+    if not isinstance(error, BaseExceptionGroup) and tb is not None and tb.tb_next is not None:
+        error.with_traceback(tb.tb_next)
+    return "".join(traceback.format_exception(error))
+
+
 @pytest.mark.parametrize("fails", [lookup, wrapped, handled, noted, grouped, syntax, silent])
 @pytest.mark.parametrize("key", ["first", "second", "quiet"])
-def test_the_trace_is_pythons_without_carets(fails: Callable[[str], int], key: str) -> None:
+def test_the_trace_is_pythons_without_carets_nor_the_catchers_frame(fails: Callable[[str], int], key: str) -> None:
     error = raised(fails, key)
-    assert without_carets(stack_trace(error).decode()) == without_carets("".join(traceback.format_exception(error)))
+    trace = stack_trace(error).decode()
+    assert without_carets(trace) == without_carets(pythons_below_the_catcher(error))
+
+
+def test_the_frame_that_caught_the_error_is_left_out_and_a_causes_are_kept() -> None:
+    trace = stack_trace(raised(wrapped, "first")).decode()
+    assert "in raised" not in trace, "the catcher's frame"
+    assert trace.count("in wrapped") == 2 and "in lookup" in trace, "the cause's frames, and the error's below it"
 
 
 def test_each_record_gets_its_own_message_on_a_path_formatted_once() -> None:

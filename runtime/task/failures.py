@@ -33,7 +33,7 @@ from runtime.kafka.record_limits import (
 )
 from runtime.kafka.unparseable import UnparseableRecordError
 from runtime.summarised_log import SummarisedLog
-from runtime.task.stack_traces import error_text, stack_trace
+from runtime.task.stack_traces import UNPRINTABLE, stack_trace
 
 log = logging.getLogger(__name__)
 
@@ -177,28 +177,12 @@ class FailureRoute:
             if self._log.tells(cause.skipped):
                 log.warning(_TOLD, "skipped", raw.topic, raw.partition, raw.offset, self._stage, self._processor, error)
             return
-        self._dead_letter(cause, raw, error, outputs)
-
-    def _judged(self, raw: Any, error: BaseException) -> _Cause:
-        """The cause `error` is of, once it is known that the policy applies to it: the checks depend on the
-        error's type only, so a route's failures of the type it saw last skip them."""
-        if isinstance(error, _NOT_THE_RECORDS):  # no policy
-            if isinstance(error, StopWorker):  # its message says it all
-                raise RecordFailed(
-                    f"processor '{self._processor}' stopped at record {raw.topic}[{raw.partition}]@{raw.offset}: "
-                    f"{error}"
-                ) from error
-            raise error  # the engine's (a schema registry out of reach)
-        if self._policy is ErrorPolicy.FAIL:
-            raise RecordFailed(
-                f"{self._stage} failed in processor '{self._processor}' for record "
-                f"{raw.topic}[{raw.partition}]@{raw.offset}: {type(error).__name__}: {error}"
-            ) from error
-        return self._cause(type(error), raw.topic)
-
-    def _dead_letter(self, cause: _Cause, raw: Any, error: BaseException, outputs: Outputs) -> None:
+        # The dead letter, here rather than in a method of its own: this runs once a record.
         key, value, partition, timestamp = raw.key, raw.value, raw.partition, raw.timestamp
-        text = error_text(error).encode()
+        try:
+            text = str(error).encode()  # error_text, without its frame
+        except Exception:
+            text = UNPRINTABLE.encode()
         message = text or repr(error).encode()
         trace = stack_trace(error, text)
         partition_header = self._partition_headers.get(partition)
@@ -219,18 +203,47 @@ class FailureRoute:
             self._timestamp_header,
         ]
         bound = cause.fixed_bytes + len(message) + len(trace) + len(key or b"") + len(value or b"")
+        cut = False
         if raw.headers or bound > self._max_bytes:
             key, value, headers = fit_dead_letter(key, value, raw.headers, headers, self._max_bytes)
+            cut = headers[-1][0] == TRUNCATED
         outputs.append(self._dead_letter_topic, key, value, headers, None, timestamp, None, self._processor)
         self._counters.dead_lettered += 1
-        stage, processor = self._stage, self._processor
-        if headers[-1][0] != TRUNCATED:
+        if not cut:
             if self._log.tells(cause.dead_lettered):
-                log.warning(_TOLD, "dead-lettered", raw.topic, raw.partition, raw.offset, stage, processor, error)
+                log.warning(
+                    _TOLD, "dead-lettered", raw.topic, raw.partition, raw.offset, self._stage, self._processor, error
+                )
         elif self._log.tells(cause.cut_down):
             cut_from = headers[-1][1].decode()
-            what = ("dead-lettered", raw.topic, raw.partition, raw.offset, stage, processor, error, cut_from)
+            what = (
+                "dead-lettered",
+                raw.topic,
+                raw.partition,
+                raw.offset,
+                self._stage,
+                self._processor,
+                error,
+                cut_from,
+            )
             log.warning(f"{_TOLD}, cut down to fit its topic (%s)", *what)
+
+    def _judged(self, raw: Any, error: BaseException) -> _Cause:
+        """The cause `error` is of, once it is known that the policy applies to it: the checks depend on the
+        error's type only, so a route's failures of the type it saw last skip them."""
+        if isinstance(error, _NOT_THE_RECORDS):  # no policy
+            if isinstance(error, StopWorker):  # its message says it all
+                raise RecordFailed(
+                    f"processor '{self._processor}' stopped at record {raw.topic}[{raw.partition}]@{raw.offset}: "
+                    f"{error}"
+                ) from error
+            raise error  # the engine's (a schema registry out of reach)
+        if self._policy is ErrorPolicy.FAIL:
+            raise RecordFailed(
+                f"{self._stage} failed in processor '{self._processor}' for record "
+                f"{raw.topic}[{raw.partition}]@{raw.offset}: {type(error).__name__}: {error}"
+            ) from error
+        return self._cause(type(error), raw.topic)
 
     def _cause(self, error_type: type[BaseException], topic: str) -> _Cause:
         """What a failure of this kind, of a record of this topic, has in common with the others: its kinds in

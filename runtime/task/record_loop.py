@@ -178,6 +178,7 @@ class RecordLoop:
         pace = self._pace
         countdown = pace.countdown
         punctuations = self._punctuations
+        failed, outputs = self._failed_route, self._outputs
         try:
             with tracer.batch_context():
                 for index, raw in enumerate(records):
@@ -233,7 +234,8 @@ class RecordLoop:
                         else:
                             process(record, context)
                     except Exception as error:  # any processor error goes to the policy
-                        self._failed(raw, error, released, context)
+                        del pending[released:]  # nothing of a failed record escapes (as in `_failed`)
+                        failed.handle(raw, error, outputs)
                     else:
                         processed += 1
                     if timed:

@@ -136,9 +136,10 @@ class CommitCycle:
         without its offsets, so nothing is committed and the transaction stays open until the next commit."""
         async with contextlib.AsyncExitStack() as turns:
             # Every task's turn, not only the running ones': a task that starts running meanwhile would write
-            # into the transaction between its commit and the next one's begin.
-            for task in tasks:
-                await turns.enter_async_context(task.commit_turn())
+            # into the transaction between its commit and the next one's begin. All asked for at once, so that
+            # each task stops after its current record: asked for one after the other, the tasks held already
+            # would wait while those not asked yet went on with their batches, one after the other.
+            await asyncio.gather(*(turns.enter_async_context(task.commit_turn()) for task in tasks))
             running = [task for task in tasks if task.running]
             outcomes = await asyncio.gather(*(task.prepare_commit() for task in running), return_exceptions=True)  # 1
             for outcome in outcomes:

@@ -22,7 +22,7 @@ from bench.stateful import MB, STORE, count_store
 from bench.stats import median, run_directory, write_result
 from bench.throughput import fresh_output, run_app
 from stores.rocksdb import RocksDBBackend
-from stores.snapshot import Manifest, finish_snapshot, write_partition
+from stores.snapshot import Manifest, snapshot_manifest, write_manifest, write_partition
 
 TARGET_RATIO = 10.0
 INGESTING = re.compile(r"ingesting snapshot \S+ into store (\S+) partition (\d+)")
@@ -63,10 +63,12 @@ def snapshot_stores(spec: AppSpec, state_dir: Path, out: Path) -> Manifest:
             offsets[partition] = backend.changelog_offset() or 0
         finally:
             backend.close()
-    return finish_snapshot(
-        out, written, app=spec.app_id, store=STORE, partitions=spec.partitions, key_serde="msgpack",
+    manifest = snapshot_manifest(
+        written, app=spec.app_id, store=STORE, partitions=spec.partitions, key_serde="msgpack",
         value_serde="msgpack", changelog_topic=changelog_topic(spec), changelog_offsets=offsets,
     )  # fmt: skip
+    write_manifest(out, manifest)
+    return manifest
 
 
 def add_tail(spec: AppSpec, workdir: Path, keys: int, tail: int) -> None:

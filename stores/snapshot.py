@@ -300,37 +300,6 @@ def write_partition(
     return PartitionWritten(partition, count, checksums)
 
 
-def finish_snapshot(
-    snapshot_dir: str | os.PathLike[str],
-    written: Iterable[PartitionWritten],
-    *,
-    app: str,
-    store: str,
-    partitions: int,
-    key_serde: str,
-    value_serde: str,
-    changelog_topic: str | None = None,
-    changelog_offsets: dict[int, int] | None = None,
-    input_offsets: dict[int, dict[str, int]] | None = None,
-    kind: StoreKind = "key_value",
-) -> Manifest:
-    """The manifest of the partitions written, written last: its presence marks the snapshot complete."""
-    manifest = snapshot_manifest(
-        written,
-        app=app,
-        store=store,
-        partitions=partitions,
-        key_serde=key_serde,
-        value_serde=value_serde,
-        changelog_topic=changelog_topic,
-        changelog_offsets=changelog_offsets,
-        input_offsets=input_offsets,
-        kind=kind,
-    )
-    write_manifest(snapshot_dir, manifest)
-    return manifest
-
-
 def snapshot_manifest(
     written: Iterable[PartitionWritten],
     *,

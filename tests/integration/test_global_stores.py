@@ -19,7 +19,7 @@ from runtime.config import AppConfig, parse_app
 from runtime.global_stores import stores as global_stores
 from runtime.telemetry import Telemetry
 from runtime.worker.worker import Worker, WorkerFailed
-from stores.snapshot import finish_snapshot
+from stores.snapshot import snapshot_manifest, write_manifest
 from tests.conftest import TopicNamer
 from tests.integration.test_telemetry import point_values, single
 from tests.support.kafka_helpers import create_topic, produce, read_topic
@@ -311,8 +311,9 @@ async def test_a_snapshot_of_another_app_is_refused(
     names = Names(topic_name)
     await prepare(kafka_bootstrap, names)
     snapshots = tmp_path / "snapshots"
-    finish_snapshot(snapshots / STORE / "dump", [], app="someone-else", store=STORE, partitions=3, key_serde="str",
-                    value_serde="json", changelog_topic=names.table)  # fmt: skip
+    manifest = snapshot_manifest([], app="someone-else", store=STORE, partitions=3, key_serde="str",
+                                 value_serde="json", changelog_topic=names.table)  # fmt: skip
+    write_manifest(snapshots / STORE / "dump", manifest)
     worker = Worker(router_app(names, tmp_path / "state", snapshots=snapshots), kafka_bootstrap, until_caught_up=True)
     with pytest.raises(WorkerFailed, match=r"global store terminal-acquirer: refusing snapshot .* app='someone-else'"):
         await worker.run()

@@ -13,7 +13,7 @@ import msgpack
 from runtime.config import parse_app
 from runtime.worker.worker import Worker
 from stores.rocksdb import RocksDBBackend
-from stores.snapshot import Manifest, finish_snapshot, write_partition
+from stores.snapshot import Manifest, snapshot_manifest, write_manifest, write_partition
 from tests.support.kafka_helpers import read_topic
 
 PARTITIONS = 3
@@ -65,7 +65,9 @@ async def latest_per_partition(bootstrap: str, topic: str) -> tuple[dict[int, di
 
 def write_snapshot(directory: Path, identity: dict[str, Any], live: dict[int, dict[bytes, bytes]]) -> Manifest:
     written = [write_partition(directory, partition, sorted(values.items())) for partition, values in live.items()]
-    return finish_snapshot(directory, written, **identity)
+    manifest = snapshot_manifest(written, **identity)
+    write_manifest(directory, manifest)
+    return manifest
 
 
 def store_contents(

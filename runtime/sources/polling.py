@@ -8,18 +8,23 @@ import asyncio
 import logging
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from typing import Protocol
 
 import asyncpg
 
-from runtime.config import AppConfig, ConfigError
-from runtime.counters import Counters
-from runtime.kafka.connection import Clients
-from runtime.kafka.record_limits import Limits
+from runtime.config import ConfigError
 from runtime.sources.database import Database
-from runtime.sources.shipper import Shipper
+from runtime.sources.shipper import Shipper, ShippingSetup
 
 log = logging.getLogger(__name__)
+
+
+class PolledTable(Protocol):
+    """What the YAML says of any polled table: where its database is, and how much to read how often."""
+
+    dsn: str | None
+    batch_size: int
+    poll_interval_ms: int
 
 
 class PollingSource(ABC):
@@ -30,32 +35,17 @@ class PollingSource(ABC):
         name: str,
         section: str,  # the YAML's: "outboxes", "table_followers"
         position_topic: str,  # <app_id>-<kind>-<name>-position, the shipper's transactional id without "-position"
-        dsn: str | None,
-        batch_size: int,
-        poll_interval_ms: int,
-        app: AppConfig,
-        clients: Clients,
-        partition_counts: Mapping[str, int],
-        counters: Counters,
-        limits: Limits,
+        table: PolledTable,
+        setup: ShippingSetup,
     ):
         self.name = name
-        found = dsn or os.environ.get("DATABASE_URL")
+        found = table.dsn or os.environ.get("DATABASE_URL")
         if not found:
             raise ConfigError(f"{section}.{name}.dsn is not set and neither is DATABASE_URL")
         self._what = f"{section}.{name}"
-        self._batch_size, self._pause_s = batch_size, poll_interval_ms / 1000
+        self._batch_size, self._pause_s = table.batch_size, table.poll_interval_ms / 1000
         self._database = Database(found, self._what)
-        self._shipper = Shipper(
-            name,
-            position_topic,
-            position_topic.removesuffix("-position"),
-            clients,
-            partition_counts,
-            counters,
-            limits,
-            app,
-        )
+        self._shipper = Shipper(name, position_topic, position_topic.removesuffix("-position"), setup)
 
     async def run(self) -> None:
         await self._shipper.start()

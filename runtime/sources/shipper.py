@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import InvalidProducerEpoch, KafkaError, ProducerFenced
@@ -31,29 +32,30 @@ log = logging.getLogger(__name__)
 Shipped = tuple[str, bytes | None, bytes | None, HeaderList, int | None]  # topic, key, value, headers, timestamp
 
 
+@dataclass(frozen=True)
+class ShippingSetup:
+    """What a shipper writes with: the app (its transaction timeout, and how its internal topics are created), its
+    Kafka clients, and the topics it may write to, with their partition counts and limits."""
+
+    app: AppConfig
+    clients: Clients
+    partition_counts: Mapping[str, int]
+    counters: Counters
+    limits: Limits
+
+
 class Shipper:
-    def __init__(
-        self,
-        name: str,
-        position_topic: str,
-        transactional_id: str,
-        clients: Clients,
-        partition_counts: Mapping[str, int],
-        counters: Counters,
-        limits: Limits,
-        app: AppConfig,
-    ):
-        """`app`: its transaction timeout, and how its internal topics are created."""
+    def __init__(self, name: str, position_topic: str, transactional_id: str, setup: ShippingSetup):
         self.name = name
         self.position_topic = position_topic
         self.position: str | None = None  # the last one shipped
         self._transactional_id = transactional_id
-        self._clients = clients
-        self._counts = {**partition_counts, position_topic: 1}
-        self._counters = counters
-        self._limits = limits
-        self._internal_topics = app.internal_topics
-        self._timeout_ms = app.transaction_timeout_ms
+        self._clients = setup.clients
+        self._counts = {**setup.partition_counts, position_topic: 1}
+        self._counters = setup.counters
+        self._limits = setup.limits
+        self._internal_topics = setup.app.internal_topics
+        self._timeout_ms = setup.app.transaction_timeout_ms
         self._producer: AIOKafkaProducer  # each start its own: a producer once stopped does not start again
         self._outputs: Outputs
 

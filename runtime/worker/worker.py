@@ -500,9 +500,10 @@ class Worker:
         if not (config.outboxes or config.table_followers):
             return []
         from runtime.sources.outbox.poller import OutboxPoller
+        from runtime.sources.shipper import ShippingSetup
         from runtime.sources.table_follower.follower import TableFollower
 
-        shared = (config, self._clients, partition_counts, self.counters, self._limits)
+        shared = ShippingSetup(config, self._clients, partition_counts, self.counters, self._limits)
         topic, session_timeout_ms = config.singletons_topic(), config.singletons.session_timeout_ms
 
         def elected(what: str, kind: str, name: str, singleton: Singleton) -> Election:
@@ -513,11 +514,11 @@ class Worker:
 
         return [
             *(
-                elected(f"the outbox poller '{name}'", "outbox", name, OutboxPoller(name, *shared))
+                elected(f"the outbox poller '{name}'", "outbox", name, OutboxPoller(name, shared))
                 for name in config.outboxes
             ),
             *(
-                elected(f"the table follower '{name}'", "follower", name, TableFollower(name, *shared))
+                elected(f"the table follower '{name}'", "follower", name, TableFollower(name, shared))
                 for name in config.table_followers
             ),
         ]

@@ -31,7 +31,7 @@ from runtime.kafka.outputs import OutputsRefused
 from runtime.kafka.topics import describe_limits, describe_partitions
 from runtime.replay.jobs.state import JobState, ReplayRequest, Status
 from runtime.replay.scan import RangeGone, Replay, Span, locate, scan
-from runtime.sources.shipper import Shipped, Shipper
+from runtime.sources.shipper import Shipped, Shipper, ShippingSetup
 from stores.text_keys import KeyNotEncodable, encoded_key
 
 log = logging.getLogger(__name__)
@@ -185,17 +185,10 @@ class JobRunner:
         return what, counts[request.topic], self._shipper({request.target: counts[request.target]}, limits)
 
     def _shipper(self, partition_counts: dict[str, int], limits: Any) -> Shipper:
-        config = self._place.config
-        return Shipper(
-            self.id,
-            config.replay_jobs_topic(),
-            f"{config.app_id}-replay-{self.id}",
-            self._place.clients,
-            partition_counts,
-            self._place.counters,
-            limits,
-            config,
-        )
+        place = self._place
+        config = place.config
+        setup = ShippingSetup(config, place.clients, partition_counts, place.counters, limits)
+        return Shipper(self.id, config.replay_jobs_topic(), f"{config.app_id}-replay-{self.id}", setup)
 
     def _latest(self, shipper: Shipper) -> JobState | None:
         return None if shipper.position is None else JobState.decode(shipper.position)

@@ -17,46 +17,20 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
 
-from runtime.config import AppConfig, ConfigError
+from runtime.config import ConfigError
 from runtime.config.outbox import OutboxConfig
-from runtime.counters import Counters
-from runtime.kafka.connection import Clients
-from runtime.kafka.record_limits import Limits
 from runtime.sources.polling import PollingSource
-from runtime.sources.shipper import Shipped
+from runtime.sources.shipper import Shipped, ShippingSetup
 
 
 class OutboxPoller(PollingSource):
-    def __init__(
-        self,
-        name: str,
-        app: AppConfig,
-        clients: Clients,
-        partition_counts: Mapping[str, int],
-        counters: Counters,
-        limits: Limits,
-    ):
-        self.spec: OutboxConfig = app.outboxes[name]
-        spec = self.spec
-        position = app.outbox_position_topic(name)
-        super().__init__(
-            name,
-            "outboxes",
-            position,
-            spec.dsn,
-            spec.batch_size,
-            spec.poll_interval_ms,
-            app,
-            clients,
-            partition_counts,
-            counters,
-            limits,
-        )
+    def __init__(self, name: str, setup: ShippingSetup):
+        self.spec: OutboxConfig = setup.app.outboxes[name]
+        super().__init__(name, "outboxes", setup.app.outbox_position_topic(name), self.spec, setup)
         self._text_ids = False
 
     async def _prepare(self, connection: asyncpg.Connection) -> None:

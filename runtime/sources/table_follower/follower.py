@@ -18,47 +18,23 @@ import decimal
 import itertools
 import json
 import uuid
-from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
 
-from runtime.config import AppConfig, ConfigError
+from runtime.config import ConfigError
 from runtime.config.table_follower import TableFollowerConfig
-from runtime.counters import Counters
-from runtime.kafka.connection import Clients
-from runtime.kafka.record_limits import Limits
 from runtime.kafka.topic_serdes import serde_for
 from runtime.sources.polling import PollingSource
-from runtime.sources.shipper import Shipped
+from runtime.sources.shipper import Shipped, ShippingSetup
 
 
 class TableFollower(PollingSource):
-    def __init__(
-        self,
-        name: str,
-        app: AppConfig,
-        clients: Clients,
-        partition_counts: Mapping[str, int],
-        counters: Counters,
-        limits: Limits,
-    ):
+    def __init__(self, name: str, setup: ShippingSetup):
+        app = setup.app
         self.spec: TableFollowerConfig = app.table_followers[name]
         spec = self.spec
-        position = app.follower_position_topic(name)
-        super().__init__(
-            name,
-            "table_followers",
-            position,
-            spec.dsn,
-            spec.batch_size,
-            spec.poll_interval_ms,
-            app,
-            clients,
-            partition_counts,
-            counters,
-            limits,
-        )
+        super().__init__(name, "table_followers", app.follower_position_topic(name), spec, setup)
         topic = app.topics[spec.topic]
         self._key_serde = serde_for(topic.key_serde, spec.topic, "key", topic.key_schema, None)
         self._value_serde = serde_for(topic.value_serde, spec.topic, "value", topic.value_schema, None)

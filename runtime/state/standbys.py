@@ -123,13 +123,10 @@ class StandbyStores:
         is read from its directory the first time only (`read_all` reads them all before the first join)."""
         sums: dict[Task, int] = {}
         for task, stores in self._tasks.items():
-            held = [offset for offset in map(self._position, stores) if offset is not None]
+            held = [offset for offset in (held_offset(store.path) for store in stores) if offset is not None]
             if held:
                 sums[task] = sum(held)
         return sums
-
-    def _position(self, store: StandbyStore) -> int | None:
-        return held_offset(store.path)
 
     async def read_all(self) -> None:
         """The positions of the stores on disk, read off the event loop: tens of milliseconds a store."""

@@ -22,9 +22,12 @@ log = logging.getLogger(__name__)
 class PolledTable(Protocol):
     """What the YAML says of any polled table: where its database is, and how much to read how often."""
 
-    dsn: str | None
-    batch_size: int
-    poll_interval_ms: int
+    @property
+    def dsn(self) -> str | None: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def poll_interval_ms(self) -> int: ...
 
 
 class PollingSource(ABC):

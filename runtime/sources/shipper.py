@@ -34,8 +34,8 @@ Shipped = tuple[str, bytes | None, bytes | None, HeaderList, int | None]  # topi
 
 @dataclass(frozen=True)
 class ShippingSetup:
-    """What a shipper writes with: the app (its transaction timeout, and how its internal topics are created), its
-    Kafka clients, and the topics it may write to, with their partition counts and limits."""
+    """What a shipper writes with, the same for every source of a worker: `app` gives the transaction timeout and how
+    internal topics are created; `partition_counts` names the topics it may write to."""
 
     app: AppConfig
     clients: Clients

@@ -123,7 +123,7 @@ class StandbyStores:
         is read from its directory the first time only (`read_all` reads them all before the first join)."""
         sums: dict[Task, int] = {}
         for task, stores in self._tasks.items():
-            held = [offset for offset in (held_offset(store.path) for store in stores) if offset is not None]
+            held = [offset for store in stores if (offset := held_offset(store.path)) is not None]
             if held:
                 sums[task] = sum(held)
         return sums

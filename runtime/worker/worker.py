@@ -503,7 +503,7 @@ class Worker:
         from runtime.sources.shipper import ShippingSetup
         from runtime.sources.table_follower.follower import TableFollower
 
-        shared = ShippingSetup(config, self._clients, partition_counts, self.counters, self._limits)
+        setup = ShippingSetup(config, self._clients, partition_counts, self.counters, self._limits)
         topic, session_timeout_ms = config.singletons_topic(), config.singletons.session_timeout_ms
 
         def elected(what: str, kind: str, name: str, singleton: Singleton) -> Election:
@@ -514,11 +514,11 @@ class Worker:
 
         return [
             *(
-                elected(f"the outbox poller '{name}'", "outbox", name, OutboxPoller(name, shared))
+                elected(f"the outbox poller '{name}'", "outbox", name, OutboxPoller(name, setup))
                 for name in config.outboxes
             ),
             *(
-                elected(f"the table follower '{name}'", "follower", name, TableFollower(name, shared))
+                elected(f"the table follower '{name}'", "follower", name, TableFollower(name, setup))
                 for name in config.table_followers
             ),
         ]

@@ -34,8 +34,8 @@ Shipped = tuple[str, bytes | None, bytes | None, HeaderList, int | None]  # topi
 
 @dataclass(frozen=True)
 class ShippingSetup:
-    """What a shipper writes with, the same for every source of a worker: `app` gives the transaction timeout and how
-    internal topics are created; `partition_counts` names the topics it may write to."""
+    """What a shipper writes with: `app` gives the transaction timeout and how internal topics are created, and
+    `partition_counts` names the topics it may write to (a worker's sources share one; a replay job has its own)."""
 
     app: AppConfig
     clients: Clients

@@ -101,21 +101,34 @@ class CommitCycle:
         self._timer_stopped = False
         self._every_task: Callable[[], Iterable[Task]] = tuple
 
-    async def commit(self, tasks: Iterable[Task]) -> None:
+    async def commit(self, tasks: Iterable[Task], final: bool = False) -> None:
         """Commit the running tasks, each as soon as its current record is done. A task whose processor's
-        flush failed (step 1.1) does not hold the others back: they commit, then its failure is raised."""
+        flush failed (step 1.1) does not hold the others back: they commit, then its failure is raised.
+
+        With `final`, the tasks leave after it, and no later commit takes them, though they close later: a
+        timer's commit between the two would take them again, and (not committing in turn) flush their
+        stores in its step 3 after they closed."""
+        given = list(tasks)
         async with self._one_at_a_time:
-            if self.committer.commits_together:
-                await self._commit_together([*dict.fromkeys([*tasks, *self._every_task()])])
-                return
-            running = [task for task in tasks if task.running]
-            outcomes: list[TaskCommit | BaseException | None]
-            if self.committer.commits_in_turn:
-                outcomes = await asyncio.gather(*map(self._commit_in_turn, running), return_exceptions=True)
-            else:
-                outcomes = await asyncio.gather(*map(self._prepare_in_turn, running), return_exceptions=True)
-                prepared = [outcome for outcome in outcomes if isinstance(outcome, TaskCommit)]
-                self._post_commit(await self.committer.commit(prepared))  # 2, 3
+            try:
+                await self._commit(given)
+            finally:
+                if final:
+                    for task in given:
+                        await task.leave_commits()  # no commit holds a turn now: at once
+
+    async def _commit(self, tasks: list[Task]) -> None:
+        if self.committer.commits_together:
+            await self._commit_together([*dict.fromkeys([*tasks, *self._every_task()])])
+            return
+        running = [task for task in tasks if task.running]
+        outcomes: list[TaskCommit | BaseException | None]
+        if self.committer.commits_in_turn:
+            outcomes = await asyncio.gather(*map(self._commit_in_turn, running), return_exceptions=True)
+        else:
+            outcomes = await asyncio.gather(*map(self._prepare_in_turn, running), return_exceptions=True)
+            prepared = [outcome for outcome in outcomes if isinstance(outcome, TaskCommit)]
+            self._post_commit(await self.committer.commit(prepared))  # 2, 3
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome

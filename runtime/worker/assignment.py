@@ -104,7 +104,7 @@ class Assignment(HoldingListener):
         """Once the actors stopped: every task commits (when `commit`) and leaves, within the deadline."""
         tasks = list(self.tasks.values())
         if commit:
-            await deadline.bound(self._commit(tasks), lambda: self.doing("the final commit"))
+            await deadline.bound(self._final_commit(tasks), lambda: self.doing("the final commit"))
         await deadline.bound(self._leave_each(tasks), lambda: self.doing("closing the tasks"))
         self.tasks.clear()
         self.subscribers.clear()
@@ -205,7 +205,7 @@ class Assignment(HoldingListener):
         for task in late:
             log.error("task %s did not finish its batch within %.0fs; cancelling it", task.id, timeout_s)
         await self._cancel(late)
-        await self._commit(leaving)
+        await self._final_commit(leaving)
         for task in leaving:
             self._forget(task)
             await self._leave(task)
@@ -214,9 +214,9 @@ class Assignment(HoldingListener):
         self._backpressure.forget(revoked)
         log.info("revoked %d partitions, stopped tasks %s", len(revoked), [str(t.id) for t in leaving])
 
-    async def _commit(self, tasks: list[Task]) -> None:
+    async def _final_commit(self, tasks: list[Task]) -> None:
         try:
-            await self._outcome.unless_abandoned(self._commit_cycle.commit(tasks))
+            await self._outcome.unless_abandoned(self._commit_cycle.commit(tasks, final=True))
         except Exception as error:
             self._outcome.fail(error, "the final commit")
 

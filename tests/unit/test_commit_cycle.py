@@ -293,3 +293,20 @@ async def test_a_task_leaving_waits_for_a_commit_that_holds_it_and_takes_no_part
     committer.gate = None
     await cycle.commit([leaving, kept])
     assert [[c.task for c in commits] for commits in committer.task_commits] == [[leaving, kept], [kept]]
+
+
+@pytest.mark.parametrize("in_turn", [False, True], ids=["at-least-once", "in-turn"])
+async def test_after_a_final_commit_no_commit_takes_its_tasks_before_they_close(in_turn: bool) -> None:
+    """A revoke's final commit, then the timer's before the leaving task closes: under at-least-once that one
+    flushed the stores in its step 3 after they had closed (a worker stopped on "DB instance already closed")."""
+    log: Log = []
+    leaving, kept = running_task("leaving", log), running_task("kept", log)
+    committer = RecordingCommitter(log, commits_in_turn=in_turn)
+    cycle = CommitCycle(committer, 60)
+
+    await cycle.commit([leaving], final=True)
+    assert not leaving.running
+    await cycle.commit([leaving, kept])  # the timer's, with every task the worker still lists
+
+    assert [[c.task for c in commits] for commits in committer.task_commits] == [[leaving], [kept]]
+    assert log.count("leaving flush stores") == 1

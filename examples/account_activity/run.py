@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -89,19 +90,21 @@ def replay_one_account(app_yaml: Path, env: dict[str, str], topic: str, made: li
 def replay_jobs_through_a_kill(app_yaml: Path, app: AppConfig, env: dict[str, str], topic: str, target: str,
                                logs: Path, timeout_s: float) -> list[str]:  # fmt: skip
     workers = {name: _serve(app_yaml, env, name, logs) for name in ("worker-1", "worker-2")}
+    partitions = app.topics[topic].partitions
     try:
-        requests = [
-            _request_job(app_yaml, env, topic, partition, target) for partition in range(app.topics[topic].partitions)
-        ]
-        for request in requests:
-            _, stderr = request.communicate()
-            if request.returncode != 0:
-                return [f"a replay job's request failed: {stderr.decode().strip()}"]
-        print(f"  requested {app.topics[topic].partitions} replay jobs, one per partition, of two workers")
         deadline = time.monotonic() + timeout_s
-        victim = asyncio.run(
-            _job_under_way(app, env["KAFKA_BOOTSTRAP_SERVERS"], app.topics[topic].partitions, timeout_s)
-        )
+        try:
+            victim = asyncio.run(
+                _job_under_way(
+                    app,
+                    env["KAFKA_BOOTSTRAP_SERVERS"],
+                    partitions,
+                    timeout_s,
+                    lambda: _request_jobs(app_yaml, env, topic, partitions, target),
+                )
+            )
+        except JobRequestFailed as failed:
+            return [f"a replay job's request failed: {failed}"]
         if victim is None:
             return ["no replay job was seen under way: nothing to kill"]
         assert victim.owner is not None
@@ -111,7 +114,7 @@ def replay_jobs_through_a_kill(app_yaml: Path, app: AppConfig, env: dict[str, st
         states: list[JobState] = []
         while time.monotonic() < deadline:
             states = _jobs(app_yaml, env)
-            if len(states) == app.topics[topic].partitions and all(state.status.ended for state in states):
+            if len(states) == partitions and all(state.status.ended for state in states):
                 break
             time.sleep(0.5)
     finally:
@@ -119,7 +122,7 @@ def replay_jobs_through_a_kill(app_yaml: Path, app: AppConfig, env: dict[str, st
             worker.send_signal(signal.SIGTERM)
             worker.wait(60)
     problems = [f"job {s.id} ended {s.status}: {s.reason}" for s in states if s.status is not Status.COMPLETED]
-    if len(states) != app.topics[topic].partitions or not all(state.status.ended for state in states):
+    if len(states) != partitions or not all(state.status.ended for state in states):
         return [f"the replay jobs did not all end within {timeout_s:.0f} s (logs in {logs})", *problems]
     taken = next(state for state in states if state.id == victim.id)
     if taken.owner == victim.owner:
@@ -127,7 +130,7 @@ def replay_jobs_through_a_kill(app_yaml: Path, app: AppConfig, env: dict[str, st
     else:
         print(f"  {taken.owner} took {victim.id} over and completed it; all {len(states)} jobs completed")
     bootstrap = env["KAFKA_BOOTSTRAP_SERVERS"]
-    source = asyncio.run(_records(bootstrap, topic, app.topics[topic].partitions))
+    source = asyncio.run(_records(bootstrap, topic, partitions))
     copied = asyncio.run(_records(bootstrap, target, app.topics[target].partitions))
     if copied != source:
         twice = sum(count - 1 for record, count in copied.items() if count > 1)
@@ -160,14 +163,33 @@ def deduplicated(app_yaml: Path, app: AppConfig, env: dict[str, str], unique: st
     return []
 
 
-async def _job_under_way(app: AppConfig, bootstrap: str, jobs: int, timeout_s: float) -> JobState | None:
+class JobRequestFailed(Exception):
+    pass
+
+
+def _request_jobs(app_yaml: Path, env: dict[str, str], topic: str, partitions: int, target: str) -> None:
+    """`replay-jobs request` for every partition, all at once; raises `JobRequestFailed` when one fails."""
+    requests = [_request_job(app_yaml, env, topic, partition, target) for partition in range(partitions)]
+    for request in requests:
+        _, stderr = request.communicate()
+        if request.returncode != 0:
+            raise JobRequestFailed(stderr.decode().strip())
+    print(f"  requested {partitions} replay jobs, one per partition, of two workers")
+
+
+async def _job_under_way(
+    app: AppConfig, bootstrap: str, jobs: int, timeout_s: float, request_jobs: Callable[[], None]
+) -> JobState | None:
     """The first state of a job under way with records still to read, as the jobs topic gets it (a job takes
-    a fraction of a second: the board follows the topic as the workers do); None once every job ended
-    without one seen, as a job of one batch (runtime/replay/scan.py) never shows one."""
+    a fraction of a second: the board follows the topic as the workers do, from before the jobs are asked
+    for, so that no state it reads is one a job had left behind already); None once every job ended without
+    one seen, as a job of one batch (runtime/replay/scan.py) never shows one."""
     board = Board(Clients(app, bootstrap), app.replay_jobs_topic(), "demo")
     await board.start()
     following = asyncio.create_task(board.follow())
     try:
+        await board.caught_up()
+        await asyncio.to_thread(request_jobs)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             states = list(board.jobs.values())

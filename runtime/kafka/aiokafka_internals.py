@@ -25,13 +25,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaClient, AIOKafkaConsumer, AIOKafkaProducer, TopicPartition, cluster
-from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
+from aiokafka.codec import (
+    gzip_decode,
+    gzip_encode,
+    lz4_decode,
+    lz4_encode,
+    snappy_decode,
+    snappy_encode,
+    zstd_decode,
+    zstd_encode,
+)
 from aiokafka.consumer import consumer as consumer_module
 from aiokafka.consumer import fetcher
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.consumer.subscription_state import Assignment, Subscription, SubscriptionState, TopicPartitionState
 from aiokafka.coordinator import protocol as group_protocol
-from aiokafka.producer.message_accumulator import BatchBuilder
+from aiokafka.producer.message_accumulator import BatchBuilder, MessageAccumulator
 from aiokafka.producer.transaction_manager import TransactionManager
 from aiokafka.protocol.group import JoinGroupRequest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
@@ -108,6 +117,9 @@ RELIED_ON: tuple[tuple[type, str], ...] = (
     (Assignment, "_tp_state"),
     (TopicPartitionState, "_assignment"),
     (AIOKafkaProducer, "client"),
+    (AIOKafkaProducer, "_message_accumulator"),
+    (MessageAccumulator, "_batch_size"),
+    (MessageAccumulator, "_compression_type"),
     (AIOKafkaProducer, "_txn_manager"),
     (TransactionManager, "transactional_id"),
     (TransactionManager, "producer_id"),
@@ -143,6 +155,9 @@ decompress_lz4: Callable[[bytes], bytes] = lz4_decode
 """0.14.0 `aiokafka.codec.lz4_decode`: an lz4 batch's records, likewise."""
 decompress_zstd: Callable[[bytes], bytes] = zstd_decode
 """0.14.0 `aiokafka.codec.zstd_decode`: a zstd batch's records, likewise."""
+COMPRESSORS: dict[int, Callable[[bytes], bytes]] = {1: gzip_encode, 2: snappy_encode, 3: lz4_encode, 4: zstd_encode}
+"""0.14.0 `aiokafka.codec`'s encoders, by the codec a batch's attributes name (as `BatchSettings.codec` gives it):
+how a batch the runtime encodes compresses its records, as aiokafka's builder does."""
 
 
 def consumer_client(consumer: AIOKafkaConsumer) -> AIOKafkaClient:
@@ -266,6 +281,27 @@ def batch_append(batch: BatchBuilder) -> Callable[..., Any]:
     offset in the batch and returns None when it is full, without `BatchBuilder.append`'s two Python frames."""
     append: Callable[..., Any] = batch._builder.append
     return append
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """What a producer builds its batches with, so that a batch the runtime encodes itself is built alike."""
+
+    batch_size: int
+    codec: int
+    """The compression codec of the batch's attributes (0: none)."""
+    transactional: bool
+
+
+def batch_settings(producer: AIOKafkaProducer | Any) -> BatchSettings | None:
+    """0.14.0 `AIOKafkaProducer._message_accumulator`: what `create_batch` builds the producer's batches with, as
+    `MessageAccumulator.create_builder` reads it; None for a producer that is not aiokafka's (the test kit's)."""
+    if not isinstance(producer, AIOKafkaProducer):
+        return None
+    accumulator = producer._message_accumulator
+    transaction = producer._txn_manager
+    transactional = transaction is not None and transaction.transactional_id is not None
+    return BatchSettings(accumulator._batch_size, accumulator._compression_type, transactional)
 
 
 def set_record_count(batch: BatchBuilder, count: int) -> None:

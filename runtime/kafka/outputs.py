@@ -37,10 +37,11 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 
 from runtime.counters import Counters
 from runtime.errors import StopWithoutCommit
-from runtime.kafka.aiokafka_internals import batch_append, set_record_count, transaction_error
+from runtime.kafka.aiokafka_internals import batch_append, batch_settings, set_record_count, transaction_error
 from runtime.kafka.authorization import AUTHORIZATION_ERRORS
-from runtime.kafka.record_limits import REFUSALS, HeaderList, Headers, Limits, record_size
-from runtime.telemetry.trace_headers import TRACEPARENT, TRACEPARENT_CLASS, fields_of
+from runtime.kafka.encoded_batch import EncodedBatch, EncodedHeaders
+from runtime.kafka.record_limits import REFUSALS, HeaderList, Headers, Limits, as_header_list, record_size
+from runtime.telemetry.trace_headers import TRACEPARENT, TRACEPARENT_CLASS
 from stores.partitioner import KAFKA_SEED, POSITIVE, murmurhash2, partition_for
 
 __all__ = ["HeaderList", "Headers", "Output", "Outputs", "OutputsRefused", "Refusal", "UnknownTopicError"]
@@ -86,8 +87,9 @@ class _OpenBatch:
     """A batch being filled, whose fields are read for every record appended: a slots class's read as fast as a
     tuple's items."""
 
-    builder: BatchBuilder
-    """aiokafka's batch; its own count is brought up to date when it is sent (`_flush`)."""
+    builder: BatchBuilder | EncodedBatch
+    """aiokafka's batch, or one the runtime encodes (for dead letters); its own count is brought up to date when it
+    is sent (`_flush`)."""
     records: list[Output]
     """The records it holds, kept until the broker acknowledged them."""
     append: Append
@@ -164,6 +166,7 @@ class Outputs:
         on_refused: OnRefused | None = None,
     ):
         self.producer = producer
+        self._encoding = batch_settings(producer)  # None: encoded headers are decoded for the producer's batches
         self.sent = 0
         self.limits: Limits = limits or {}
         self._partition_counts = partition_counts
@@ -206,6 +209,38 @@ class Outputs:
                 else next(self._round_robin) % count
             )
         self._add((topic, partition), Output(topic, key, value, headers, timestamp_ms, source, processor))
+
+    def append_encoded(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: EncodedHeaders,
+        timestamp_ms: int | None,
+        processor: str,
+    ) -> None:
+        """`append` for a record whose headers come encoded (a dead letter), to its key's partition: into a batch
+        encoded by the runtime, which takes the partition's other records too (an open batch of aiokafka's there
+        is closed first). A producer that is not aiokafka's is given the headers decoded."""
+        count = self._partition_counts.get(topic) or self.partitions(topic)
+        partition = (
+            (murmurhash2(key, KAFKA_SEED) & POSITIVE) % count if key is not None else next(self._round_robin) % count
+        )
+        target, record = (topic, partition), Output(topic, key, value, headers, timestamp_ms, None, processor)
+        if self._encoding is None:
+            self._add(target, record)
+            return
+        open_batch = self._open.get(target)
+        if open_batch is not None:
+            if open_batch.builder.__class__ is EncodedBatch:
+                held = open_batch.records
+                if open_batch.append(len(held), timestamp_ms, key, value, headers) is not None:
+                    held.append(record)
+                    return
+            self._full.append((*target, open_batch))
+        builder = EncodedBatch(self._encoding)
+        self._open[target] = _OpenBatch(builder, [record], builder.append)
+        builder.append(0, timestamp_ms, key, value, headers)
 
     def append_all(self, records: Iterable[Output]) -> None:
         """Append output records, each to its partition by Kafka's partitioner. The common case, a record
@@ -254,11 +289,13 @@ class Outputs:
         # so a traceparent goes in a list kept for it.
         kind = headers.__class__
         header_list: Any
-        if kind is TRACEPARENT_CLASS:
+        if kind is EncodedHeaders:  # not through `append_encoded`: sent again, say
+            header_list = headers.decoded()  # type: ignore[union-attr]
+        elif kind is TRACEPARENT_CLASS:
             header_list = self._traceparent
             header_list[0] = (TRACEPARENT, headers)
         else:
-            header_list = _NO_HEADERS if not headers else headers if kind is list else list(headers)
+            header_list = _NO_HEADERS if not headers else headers if kind is list else list(headers)  # type: ignore[arg-type]
         open_batch = self._open.get(target)
         if open_batch is not None:
             held = open_batch.records
@@ -405,6 +442,7 @@ class Outputs:
     async def _renew_producer(self, renew: Callable[[], AIOKafkaProducer]) -> None:
         """The old producer's sequence numbers are behind the broker's: it cannot write to those partitions."""
         old, self.producer = self.producer, renew()
+        self._encoding = batch_settings(self.producer)
         await old.stop()
         await self.producer.start()
 
@@ -490,7 +528,7 @@ class Outputs:
         batches: list[_OpenBatch] = []
         for record in records:
             key, value, headers, timestamp_ms = record.key, record.value, record.headers, record.timestamp_ms
-            header_list = fields_of(headers) if isinstance(headers, TRACEPARENT_CLASS) else list(headers)
+            header_list = as_header_list(headers)
             last = batches[-1] if batches else None
             if last is None or last.append(len(last.records), timestamp_ms, key, value, header_list) is None:
                 last = self._new_batch()

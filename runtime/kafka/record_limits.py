@@ -18,13 +18,15 @@ from aiokafka.errors import (
 )
 
 from runtime.kafka.aiokafka_internals import estimate_record_size
+from runtime.kafka.encoded_batch import EncodedHeaders
 from runtime.telemetry.trace_headers import TRACEPARENT, TRACEPARENT_CLASS, Traceparent, fields_of
 
 DEFAULT_MAX_REQUEST_SIZE = 1048576  # aiokafka's, as the Java producer's
 
 HeaderList = Sequence[tuple[str, bytes]]
-Headers = HeaderList | Traceparent
-"""A record's headers; bytes are a `traceparent` value, its only header (a traced record's output)."""
+Headers = HeaderList | Traceparent | EncodedHeaders
+"""A record's headers; bytes are a `traceparent` value, its only header (a traced record's output); a dead
+letter's come encoded (`EncodedHeaders`)."""
 
 # What the broker answers about one record rather than about the request: the other records of the
 # batch are fine, and the refused one goes to the error policy.
@@ -42,8 +44,17 @@ _MOST_OVERHEAD = estimate_record_size(None, None, [(TRACEPARENT, bytes(64))]) + 
 
 def record_size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
     """The size of a batch holding this record alone (aiokafka's upper bound, as its `send` checks)."""
-    header_list = fields_of(headers) if isinstance(headers, TRACEPARENT_CLASS) else list(headers)
-    return estimate_record_size(key, value, header_list)
+    return estimate_record_size(key, value, as_header_list(headers))
+
+
+def as_header_list(headers: Headers) -> list[tuple[str, bytes]]:
+    """`headers` as the list aiokafka's batch builder takes."""
+    kind = headers.__class__
+    if kind is TRACEPARENT_CLASS:
+        return fields_of(headers)  # type: ignore[arg-type]
+    if kind is EncodedHeaders:
+        return headers.decoded()  # type: ignore[union-attr]
+    return list(headers)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

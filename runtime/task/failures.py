@@ -22,6 +22,7 @@ from runtime.config import AppConfig, ErrorPolicy
 from runtime.counters import Counters
 from runtime.errors import EngineError, StopAfterCommit, StopWithoutCommit
 from runtime.kafka.aiokafka_internals import estimate_record_size
+from runtime.kafka.encoded_batch import EncodedHeaders, encoded_field, encoded_header, varint
 from runtime.kafka.outputs import Output, Outputs
 from runtime.kafka.record_limits import (
     DEFAULT_MAX_REQUEST_SIZE,
@@ -162,9 +163,9 @@ class FailureRoute:
         self._causes: dict[tuple[type[BaseException], str], _Cause] = {}
         self._last: _Cause | None = None
         # The dead letters' headers of the numbers that repeat: a partition's, and the last timestamp's.
-        self._partition_headers: dict[int, tuple[str, bytes]] = {}
+        self._partition_headers: dict[int, bytes] = {}
         self._timestamp: int | None = None
-        self._timestamp_header = ("source.timestamp", b"")
+        self._timestamp_header = b""
 
     def handle(self, raw: Any, error: BaseException, outputs: Outputs) -> None:
         cause = self._last
@@ -187,27 +188,36 @@ class FailureRoute:
         trace = stack_trace(error, text)
         partition_header = self._partition_headers.get(partition)
         if partition_header is None:
-            partition_header = self._partition_headers[partition] = ("source.partition", b"%d" % partition)
+            partition_header = encoded_header("source.partition", b"%d" % partition)
+            self._partition_headers[partition] = partition_header
         if timestamp != self._timestamp:  # the records of a burst often share their millisecond
-            self._timestamp, self._timestamp_header = timestamp, ("source.timestamp", b"%d" % timestamp)
-        headers = [
-            cause.stage_header,
-            cause.type_header,
-            ("error.message", message),
-            ("error.stacktrace", trace),
-            cause.app_header,
-            cause.processor_header,
-            cause.topic_header,
-            partition_header,
-            ("source.offset", b"%d" % raw.offset),
-            self._timestamp_header,
-        ]
+            self._timestamp, self._timestamp_header = timestamp, encoded_header("source.timestamp", b"%d" % timestamp)
+        offset = b"%d" % raw.offset
+        encoded = EncodedHeaders(
+            b"".join(
+                (
+                    cause.headers_before_message,
+                    varint(len(message)),
+                    message,
+                    _STACK_TRACE_NAME,
+                    varint(len(trace)),
+                    trace,
+                    cause.headers_after_stack_trace,
+                    partition_header,
+                    _OFFSET_NAME_AND_LENGTH[len(offset)],
+                    offset,
+                    self._timestamp_header,
+                )
+            )
+        )
         bound = cause.fixed_bytes + len(message) + len(trace) + len(key or b"") + len(value or b"")
         cut = False
-        if raw.headers or bound > self._max_bytes:
-            key, value, headers = fit_dead_letter(key, value, raw.headers, headers, self._max_bytes)
-            cut = headers[-1][0] == TRUNCATED
-        outputs.append(self._dead_letter_topic, key, value, headers, None, timestamp, None, self._processor)
+        if not raw.headers and bound <= self._max_bytes:
+            outputs.append_encoded(self._dead_letter_topic, key, value, encoded, timestamp, self._processor)
+        else:
+            key, value, fitted = fit_dead_letter(key, value, raw.headers, encoded.decoded(), self._max_bytes)
+            cut = fitted[-1][0] == TRUNCATED
+            outputs.append(self._dead_letter_topic, key, value, fitted, None, timestamp, None, self._processor)
         self._counters.dead_lettered += 1
         if not cut:
             if self._log.tells(cause.dead_lettered):
@@ -215,7 +225,7 @@ class FailureRoute:
                     _TOLD, "dead-lettered", raw.topic, raw.partition, raw.offset, self._stage, self._processor, error
                 )
         elif self._log.tells(cause.cut_down):
-            cut_from = headers[-1][1].decode()
+            cut_from = fitted[-1][1].decode()
             what = (
                 "dead-lettered",
                 raw.topic,
@@ -265,12 +275,19 @@ class FailureRoute:
                 f"dead-lettered in {because}",
                 f"dead-lettered in {because}, cut down to fit",
                 f"skipped in {because}",
-                *shared,
+                b"".join((varint(_HEADER_COUNT), *(encoded_header(*header) for header in shared[:2]), _MESSAGE_NAME)),
+                b"".join(encoded_header(*header) for header in shared[2:]),
                 estimate_record_size(None, None, [*shared, *_VARYING_AT_MOST]) + _VARYING_LENGTHS_AT_MOST,
             )
         return cause
 
 
+# A dead letter's headers after the input record's own: the five of its cause, the message, the stack trace, the
+# source partition, offset and timestamp; and the names of those encoded as they come.
+_HEADER_COUNT = 10
+_MESSAGE_NAME, _STACK_TRACE_NAME = (encoded_field(name.encode()) for name in ("error.message", "error.stacktrace"))
+# The offset's header up to its value, by the value's length (an offset has at most 20 digits).
+_OFFSET_NAME_AND_LENGTH = [encoded_field(b"source.offset") + varint(length) for length in range(21)]
 _NOT_THE_RECORDS = (EngineError, StopWorker)  # failures no error policy applies to
 _TOLD = "%s record %s[%d]@%d (%s failed in '%s'): %r"  # what was done, the record, and why
 # The headers that vary from one dead letter to the next, at their longest but for the message and the stack
@@ -296,11 +313,11 @@ class _Cause:
     dead_lettered: str
     cut_down: str
     skipped: str
-    stage_header: tuple[str, bytes]
-    type_header: tuple[str, bytes]
-    app_header: tuple[str, bytes]
-    processor_header: tuple[str, bytes]
-    topic_header: tuple[str, bytes]
+    headers_before_message: bytes
+    """The dead letter's headers encoded (`EncodedHeaders`), up to the message's value: their count, the stage,
+    the error's type, and the message's name."""
+    headers_after_stack_trace: bytes
+    """The app, the processor and the source topic, encoded."""
     fixed_bytes: int
     """A dead letter's size at most, but for its message's, stack trace's, key's and value's bytes."""
 

@@ -95,3 +95,61 @@ async def test_every_record_transformed_through_compressed_topics(
 
     ends = {record.partition: record.offset + 1 for record in await read_topic(kafka_bootstrap, source)}
     assert await committed_offsets(kafka_bootstrap, app_id, source) == {p: ends.get(p, 0) for p in range(PARTITIONS)}
+
+
+DEAD_LETTER_HEADERS = [
+    "error.stage",
+    "error.type",
+    "error.message",
+    "error.stacktrace",
+    "error.app",
+    "error.processor",
+    "source.topic",
+    "source.partition",
+    "source.offset",
+    "source.timestamp",
+]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+async def test_dead_letters_go_out_compressed_in_transactions(
+    codec: str, kafka_bootstrap: str, topic_name: TopicNamer
+) -> None:
+    """Dead letters are in batches the runtime encodes itself (runtime/kafka/encoded_batch.py): compressed with the
+    producer's codec, in its transactions, as its own batches are."""
+    source, sink, dead, app_id = topic_name("in"), topic_name("out"), topic_name("dlq"), topic_name("app")
+    await create_topic(kafka_bootstrap, source, PARTITIONS)
+    inputs = [(f"k{n}".encode(), msgpack.packb({"n": n, "bad": True})) for n in range(COUNT)]
+    await produce(kafka_bootstrap, source, inputs)
+    app = {
+        "app_id": app_id,
+        "guarantee": "exactly_once",
+        "kafka": {"producer": {"compression_type": codec}},
+        "topics": {source: {"partitions": PARTITIONS, "key_serde": "str"}, sink: {"key_serde": "str"}},
+        "processors": [
+            {"name": "picky", "class": "tests.support.apps:Picky", "inputs": [source], "outputs": [sink],
+             "params": {"output": sink}}
+        ],
+        "errors": {"processing": "dead_letter", "dead_letter_topic": dead},
+        "commit_interval_ms": 200,
+    }  # fmt: skip
+    worker = Worker(parse_app(app), kafka_bootstrap, until_caught_up=True)
+    with anyio.fail_after(RUN_TIMEOUT_S):
+        await worker.run()
+
+    letters = await read_topic(kafka_bootstrap, dead)
+    sources = {(record.partition, record.offset): record for record in await read_topic(kafka_bootstrap, source)}
+    assert len(letters) == COUNT == len(sources)
+    for letter in letters:
+        headers = dict(letter.headers)
+        assert [name for name, _ in letter.headers] == DEAD_LETTER_HEADERS
+        original = sources.pop((int(headers["source.partition"]), int(headers["source.offset"])))
+        assert (letter.key, letter.value, letter.timestamp) == (original.key, original.value, original.timestamp)
+        assert headers["error.message"] == f"bad record {original.key.decode()}".encode()
+        assert headers["error.stacktrace"].endswith(b"ValueError: " + headers["error.message"] + b"\n")
+        assert headers["source.timestamp"] == str(original.timestamp).encode()
+    assert sources == {} and await read_topic(kafka_bootstrap, sink) == []
+
+    dead_batches = await stored_batches(kafka_bootstrap, dead)
+    assert sum(batch.records for batch in dead_batches) == COUNT
+    assert {batch.codec for batch in dead_batches} == {codec}, dead_batches

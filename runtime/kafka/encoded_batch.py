@@ -1,18 +1,17 @@
 """A Kafka record batch the runtime encodes itself, for records whose headers come encoded already.
 
 aiokafka's compiled batch builder takes headers as a list of (str, bytes) pairs, and encodes every name twice
-per record (once to size the record, once to write it). A dead letter carries ten headers, seven of which are
-the same for every failure of one cause, so encoding them once per cause and the rest as they come
-(`EncodedHeaders`, built by `runtime/task/failures.py`) leaves aiokafka's builder more work per dead letter
-than the record's own bytes: with every record failing, a third of the failure route went there, and the
-dead letters' header lists, held until the broker acknowledged them, were most of what the garbage collector
-walked. `EncodedBatch` takes such headers as they are, and any other headers encoded here; to the producer it
-is a batch as aiokafka's own (`BatchBuilder`): the sender sets the producer's id, epoch and sequence on it and
-builds it once.
+per record (once to size the record, once to write it). A dead letter carries ten headers, five of which are
+the same for every failure of one cause, so the failure route (`runtime/task/failures.py`) encodes those once
+and the rest as they come, into `EncodedHeaders`, which `EncodedBatch` takes as they are. With every record
+failing, appending the dead letter had been two fifths of the failure route, and the header lists held until
+the broker acknowledged them most of what the garbage collector walked; the batch's checksum, aiokafka's in
+software, took 0.4 µs a dead letter, `google-crc32c`'s in hardware a tenth of that (bench/README.md). To the
+producer it is a batch as aiokafka's own (`BatchBuilder`): the sender sets the producer's id, epoch and sequence
+on it and builds it once.
 
 The layout is Kafka's record batch, version 2 (KIP-98), as aiokafka's builder writes it: the same records
-give the same bytes (tests/unit/test_encoded_batch.py).
-"""
+give the same bytes (tests/unit/test_encoded_batch.py)."""
 
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ A dead letter is the input record with headers saying what went wrong, so it can
 input, and larger than the dead-letter topic takes: it is then cut down to fit (value first, then key),
 with a header giving the original sizes, rather than being refused and stopping the worker.
 
-A processor may fail on every record, and then the policy runs as often as records come: a dead letter
-goes into the output path's open batches as any output does, its stack trace is formatted once per path
+A processor may fail on every record, and then the policy runs as often as records come: a dead letter's
+headers are encoded as they come, those its cause shares once (`runtime/kafka/encoded_batch.py`), and it goes
+into a batch the output path encodes itself; its stack trace is formatted once per path
 through the code (`runtime/task/stack_traces.py`), and the log tells the first records of a burst and
 then counts the rest per processor and cause (`runtime/summarised_log.py`).
 """

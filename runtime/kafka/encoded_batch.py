@@ -126,7 +126,7 @@ class EncodedBatch:
         self._last_offset = -1
         self._first_timestamp = 0
         self._max_timestamp = 0
-        self._producer = (-1, -1, -1)
+        self._producer = (-1, -1, 0)  # no producer id, as aiokafka's batches before the sender sets one
         self._closed = False
         self._built: bytes | None = None
 

@@ -27,30 +27,40 @@ RECORDS: Records = [
 ]
 
 
-def aiokafka_batch(codec: int, transactional: bool, records: Records) -> bytes:
+PRODUCER = (4321, 7, 99)  # an idempotent producer's id, epoch and first sequence
+
+
+def aiokafka_batch(codec: int, transactional: bool, records: Records, producer: bool = True) -> bytes:
     builder = BatchBuilder(1_000_000, codec, is_transactional=transactional)
     for timestamp, key, value, headers in records:
         assert builder.append(timestamp=timestamp, key=key, value=value, headers=headers) is not None
-    builder._set_producer_state(4321, 7, 99)
+    if producer:
+        builder._set_producer_state(*PRODUCER)
     return bytes(builder._build())
 
 
-def encoded_batch(codec: int, transactional: bool, records: Records, encoded: bool) -> EncodedBatch:
+def encoded_batch(
+    codec: int, transactional: bool, records: Records, encoded: bool, producer: bool = True
+) -> EncodedBatch:
     batch = EncodedBatch(BatchSettings(1_000_000, codec, transactional))
     for offset, (timestamp, key, value, headers) in enumerate(records):
         given = EncodedHeaders(encode_headers(headers)) if encoded else headers
         assert batch.append(offset, timestamp, key, value, given)
     batch._relative_offset = len(records)
     batch.close()
-    batch._set_producer_state(4321, 7, 99)
+    if producer:
+        batch._set_producer_state(*PRODUCER)
     return batch
 
 
+@pytest.mark.parametrize("producer", [True, False], ids=["idempotent", "no producer id"])
 @pytest.mark.parametrize("encoded", [True, False], ids=["encoded headers", "header lists"])
 @pytest.mark.parametrize("transactional", [False, True])
-def test_the_same_records_give_the_same_bytes_as_aiokafka_builds(encoded: bool, transactional: bool) -> None:
-    built = encoded_batch(0, transactional, RECORDS, encoded)._build()
-    assert built == aiokafka_batch(0, transactional, RECORDS)
+def test_the_same_records_give_the_same_bytes_as_aiokafka_builds(
+    encoded: bool, transactional: bool, producer: bool
+) -> None:
+    built = encoded_batch(0, transactional, RECORDS, encoded, producer)._build()
+    assert built == aiokafka_batch(0, transactional, RECORDS, producer)
 
 
 @pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])

@@ -22,7 +22,6 @@ from runtime.config import ErrorPolicy
 from runtime.config.processors import ConcurrencyConfig
 from runtime.config.telemetry import TelemetryConfig
 from runtime.counters import Counters
-from runtime.kafka.encoded_batch import EncodedHeaders
 from runtime.kafka.outputs import Headers, Output, Outputs
 from runtime.kafka.record_limits import Limits
 from runtime.state.task_state import TaskState
@@ -166,16 +165,9 @@ class FakeOutputs:
     ) -> None:
         self.pending_records.append((topic, key, value))
 
-    def append_encoded(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        headers: EncodedHeaders,
-        timestamp_ms: int | None,
-        processor: str,
-    ) -> None:
-        self.append(topic, key, value, headers, None, timestamp_ms, None, processor)
+    def append_encoded(self, topic: str, key: bytes | None, value: bytes | None, *_: Any) -> None:
+        """A dead letter, kept as `append` keeps a record: without its headers, timestamp and processor."""
+        self.append(topic, key, value)
 
     def append_all(self, records: list[Output]) -> None:
         for record in records:

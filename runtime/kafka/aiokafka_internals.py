@@ -44,7 +44,7 @@ from aiokafka.producer.message_accumulator import BatchBuilder, MessageAccumulat
 from aiokafka.producer.transaction_manager import TransactionManager
 from aiokafka.protocol.group import JoinGroupRequest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
-from aiokafka.record.util import calc_crc32c
+from aiokafka.record.util import calc_crc32c, decode_varint, encode_varint
 
 ClusterMetadata = cluster.ClusterMetadata
 """0.14.0 `aiokafka.cluster.ClusterMetadata`: what a partition assignor's `assign` is given (the store queries'
@@ -147,6 +147,11 @@ estimate_record_size: _RecordSize = DefaultRecordBatchBuilder.estimate_size_in_b
 checks it (the producer's own bound)."""
 crc32c: Callable[[bytes], int] = calc_crc32c
 """0.14.0 `aiokafka.record.util.calc_crc32c`: a v2 batch's checksum, to check a batch the client cannot parse."""
+write_varint: Callable[[int, Callable[[int], object]], int] = encode_varint
+"""0.14.0 `aiokafka.record.util.encode_varint`: a zigzag varint, as a record's lengths and deltas are written, a byte
+at a time through the callable given."""
+read_varint: Callable[[bytes, int], tuple[int, int]] = decode_varint
+"""0.14.0 `aiokafka.record.util.decode_varint`: the zigzag varint at a position, and the position after it."""
 decompress_gzip: Callable[[bytes], bytes] = gzip_decode
 """0.14.0 `aiokafka.codec.gzip_decode`: a gzip batch's records, to read a batch the client cannot parse."""
 decompress_snappy: Callable[[bytes], bytes] = snappy_decode

@@ -21,7 +21,7 @@ import time
 import google_crc32c
 import msgspec
 
-from runtime.kafka.aiokafka_internals import COMPRESSORS, BatchSettings
+from runtime.kafka.aiokafka_internals import COMPRESSORS, BatchSettings, read_varint, write_varint
 
 _SMALL = 1 << 13
 # Zigzag varints, as every length and delta in a record is written, of -_SMALL .. _SMALL - 1 (one or two bytes).
@@ -29,12 +29,8 @@ _VARINTS = [b""] * (2 * _SMALL)
 
 
 def _varint(number: int) -> bytes:
-    zigzag = (number << 1) ^ (number >> 63)
     encoded = bytearray()
-    while zigzag > 0x7F:
-        encoded.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    encoded.append(zigzag)
+    write_varint(number, encoded.append)
     return bytes(encoded)
 
 
@@ -67,28 +63,17 @@ class EncodedHeaders(msgspec.Struct, gc=False):
     def decoded(self) -> list[tuple[str, bytes]]:
         """The headers as a list, for what takes them so: a batch of aiokafka's, a size check, the test kit."""
         data, position = self.section, 0
-        count, position = _read_varint(data, position)
+        count, position = read_varint(data, position)
         headers = []
         for _ in range(count):
-            length, position = _read_varint(data, position)
+            length, position = read_varint(data, position)
             name = data[position : position + length].decode()
             position += length
-            length, position = _read_varint(data, position)
+            length, position = read_varint(data, position)
             value = data[position : position + length] if length >= 0 else None
             position += max(length, 0)
             headers.append((name, value))
         return headers  # type: ignore[return-value]  # a dead letter's values are never None
-
-
-def _read_varint(data: bytes, position: int) -> tuple[int, int]:
-    zigzag, shift = 0, 0
-    while True:
-        byte = data[position]
-        position += 1
-        zigzag |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (zigzag >> 1) ^ -(zigzag & 1), position
-        shift += 7
 
 
 def encode_headers(headers: list[tuple[str, bytes]]) -> bytes:

@@ -211,7 +211,7 @@ class FailureRoute:
                 )
             )
         )
-        bound = cause.fixed_bytes + len(message) + len(trace) + len(key or b"") + len(value or b"")
+        bound = _OVERHEAD_AT_MOST + len(encoded.section) + len(key or b"") + len(value or b"")
         cut = False
         if not raw.headers and bound <= self._max_bytes:
             outputs.append_encoded(self._dead_letter_topic, key, value, encoded, timestamp, self._processor)
@@ -278,7 +278,6 @@ class FailureRoute:
                 f"skipped in {because}",
                 b"".join((varint(_HEADER_COUNT), *(encoded_header(*header) for header in shared[:2]), _MESSAGE_NAME)),
                 b"".join(encoded_header(*header) for header in shared[2:]),
-                estimate_record_size(None, None, [*shared, *_VARYING_AT_MOST]) + _VARYING_LENGTHS_AT_MOST,
             )
         return cause
 
@@ -291,16 +290,10 @@ _MESSAGE_NAME, _STACK_TRACE_NAME = (encoded_field(name.encode()) for name in ("e
 _OFFSET_NAME_AND_LENGTH = [encoded_field(b"source.offset") + varint(length) for length in range(21)]
 _NOT_THE_RECORDS = (EngineError, StopWorker)  # failures no error policy applies to
 _TOLD = "%s record %s[%d]@%d (%s failed in '%s'): %r"  # what was done, the record, and why
-# The headers that vary from one dead letter to the next, at their longest but for the message and the stack
-# trace, whose lengths are added as they come; and the bytes their lengths and the key's and value's take.
-_VARYING_AT_MOST = [
-    ("error.message", b""),
-    ("error.stacktrace", b""),
-    ("source.partition", b"-2147483648"),
-    ("source.offset", b"-9223372036854775808"),
-    ("source.timestamp", b"-9223372036854775808"),
-]
-_VARYING_LENGTHS_AT_MOST = 4 * 5  # varints of the message's, the trace's, the key's and the value's lengths
+# What a dead letter takes besides its key's, value's and encoded headers' bytes, at most: a record alone in its
+# batch, with an empty key and value and no header (the header count is among the encoded headers), and the four
+# bytes more that each of the key's and value's lengths may take.
+_OVERHEAD_AT_MOST = estimate_record_size(b"", b"", []) - 1 + 2 * 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,8 +312,6 @@ class _Cause:
     the error's type, and the message's name."""
     headers_after_stack_trace: bytes
     """The app, the processor and the source topic, encoded."""
-    fixed_bytes: int
-    """A dead letter's size at most, but for its message's, stack trace's, key's and value's bytes."""
 
 
 def fit_dead_letter(
